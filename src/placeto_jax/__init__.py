@@ -1,0 +1,10 @@
+"""placeto_jax: learned device placement with a vectorised, jit-compiled JAX simulator."""
+
+from placeto_jax.cluster import PRESETS, Cluster
+from placeto_jax.graphs.core import Graph
+from placeto_jax.sim.api import simulate
+from placeto_jax.sim.reference import simulate_reference
+from placeto_jax.sim.result import SimResult
+
+__all__ = ["PRESETS", "Cluster", "Graph", "SimResult", "simulate", "simulate_reference"]
+__version__ = "0.1.0"

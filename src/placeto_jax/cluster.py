@@ -1,0 +1,118 @@
+"""Device clusters: per-device speed, memory and outgoing bandwidth, plus the simulator's constants.
+
+Units inside: bytes, microseconds, bytes per microsecond (1 GB/s = 1000 bytes/µs, GB = 1e9 bytes).
+
+Presets (`Cluster.preset(name, n_devices)`). Speeds are relative to one K80 GPU die (4.37 TFLOPS
+FP32 at boost clock), the hardware Placeto's op costs were profiled on, so a graph profiled on a
+K80 runs `speed` times faster. Bandwidth is the per-device outgoing bus of the simulator.
+
+| preset        | speed | memory | bandwidth | delta1 | delta2 | source of the numbers                                       |
+|---------------|-------|--------|-----------|--------|--------|-------------------------------------------------------------|
+| placeto-k80   | 1.0   | 12 GB  | 7.6 GB/s  | 5.7 µs | 25 µs  | Placeto's simulator defaults (Addanki et al. 2019, code)     |
+| p100          | 2.13  | 16 GB  | 12 GB/s   | 5.0 µs | 15 µs  | P100 PCIe datasheet: 9.3 TFLOPS FP32; PCIe 3.0 x16 ~12 GB/s  |
+| v100          | 3.2   | 16 GB  | 12 GB/s   | 4.0 µs | 10 µs  | V100 PCIe datasheet: 14 TFLOPS FP32; PCIe 3.0 x16            |
+| v100-nvlink   | 3.59  | 16 GB  | 150 GB/s  | 4.0 µs | 10 µs  | V100 SXM2: 15.7 TFLOPS FP32; NVLink 2: 6 links x 25 GB/s out |
+| a100          | 4.46  | 80 GB  | 300 GB/s  | 3.0 µs | 8 µs   | A100 SXM4: 19.5 TFLOPS FP32; NVLink 3: 600 GB/s bidir.       |
+| h100          | 15.33 | 80 GB  | 450 GB/s  | 3.0 µs | 8 µs   | H100 SXM5: 67 TFLOPS FP32; NVLink 4: 900 GB/s bidir.         |
+
+delta1 (busy time after an op: kernel launch and bookkeeping) and delta2 (bus busy after a
+transfer: copy setup latency) for the newer GPUs are modelling choices in the range that published
+microbenchmarks report for launch and peer-copy latency; only placeto-k80's are taken from a paper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numpy as np
+
+GB = 1e9  # bytes
+GBPS = 1e3  # bytes per µs in one GB/s
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """D devices and the simulator's timing constants. Scalars broadcast to every device.
+
+    `Cluster(n_devices=4)` is the `placeto-k80` preset; keyword arguments override it.
+    """
+
+    n_devices: int
+    speed: tuple[float, ...] | float = 1.0  # [D] relative to speed 1.0 (op runs cost/speed µs)
+    memory: tuple[float, ...] | float = 12 * GB  # [D] bytes
+    bandwidth: tuple[float, ...] | float = 7.6 * GBPS  # [D] bytes/µs of the outgoing bus
+    delta1: float = 5.7  # µs a device stays busy after an op of nonzero duration
+    delta2: float = 25.0  # µs a bus stays busy after a transfer's data arrived
+    broadcast: bool = True  # one transfer serves all remote consumers (Placeto's model)
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)):
+            raise ValueError(f"n_devices must be an integer, got {self.n_devices!r}")
+        if self.n_devices < 1:
+            raise ValueError(f"n_devices must be at least 1, got {self.n_devices}")
+        object.__setattr__(self, "n_devices", int(self.n_devices))
+        for field in ("speed", "memory", "bandwidth"):
+            object.__setattr__(self, field, self._per_device(field, getattr(self, field)))
+        for field in ("delta1", "delta2"):
+            value = float(getattr(self, field))
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{field} must be a finite number >= 0 µs, got {value}")
+            object.__setattr__(self, field, value)
+        object.__setattr__(self, "broadcast", bool(self.broadcast))
+
+    def _per_device(self, field: str, value) -> tuple[float, ...]:
+        arr = np.asarray(value, dtype=np.float64)
+        if arr.ndim == 0:
+            arr = np.full(self.n_devices, float(arr))
+        if arr.shape != (self.n_devices,):
+            raise ValueError(
+                f"{field} needs one value or {self.n_devices} (one per device), got {arr.size}"
+            )
+        if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+            raise ValueError(f"{field} must be finite and > 0 on every device, got {arr.tolist()}")
+        return tuple(float(x) for x in arr)
+
+    @classmethod
+    def preset(cls, name: str, n_devices: int, **overrides) -> Cluster:
+        """A named preset (see the module docstring) with optional keyword overrides."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown cluster preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls(n_devices=n_devices, **{**PRESETS[name], "name": name, **overrides})
+
+    @property
+    def speed_array(self) -> np.ndarray:  # [D]
+        return np.asarray(self.speed, dtype=np.float64)
+
+    @property
+    def memory_array(self) -> np.ndarray:  # [D] bytes
+        return np.asarray(self.memory, dtype=np.float64)
+
+    @property
+    def bandwidth_array(self) -> np.ndarray:  # [D] bytes/µs
+        return np.asarray(self.bandwidth, dtype=np.float64)
+
+    def fastest_device(self) -> int:
+        return int(np.argmax(self.speed_array))
+
+
+K80_TFLOPS = 4.37
+PRESETS: dict[str, dict] = {
+    "placeto-k80": dict(speed=1.0, memory=12 * GB, bandwidth=7.6 * GBPS, delta1=5.7, delta2=25.0),
+    "p100": dict(
+        speed=round(9.3 / K80_TFLOPS, 2), memory=16 * GB, bandwidth=12 * GBPS, delta1=5.0, delta2=15.0
+    ),
+    "v100": dict(
+        speed=round(14.0 / K80_TFLOPS, 2), memory=16 * GB, bandwidth=12 * GBPS, delta1=4.0, delta2=10.0
+    ),
+    "v100-nvlink": dict(
+        speed=round(15.7 / K80_TFLOPS, 2), memory=16 * GB, bandwidth=150 * GBPS, delta1=4.0, delta2=10.0
+    ),
+    "a100": dict(
+        speed=round(19.5 / K80_TFLOPS, 2), memory=80 * GB, bandwidth=300 * GBPS, delta1=3.0, delta2=8.0
+    ),
+    "h100": dict(
+        speed=round(67.0 / K80_TFLOPS, 2), memory=80 * GB, bandwidth=450 * GBPS, delta1=3.0, delta2=8.0
+    ),
+}
+

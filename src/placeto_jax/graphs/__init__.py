@@ -1,0 +1,1 @@
+"""Graph model, generators and file formats."""

@@ -1,0 +1,273 @@
+"""The computation graph: ops with costs and sizes, data-dependency edges, validation, order.
+
+Host-side NumPy only. A `Graph` is immutable; derived structures (topological order, adjacency,
+reachability) are computed on first use and cached on the instance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Graph:
+    """A DAG of N ops. Build one with `Graph.from_edges`, which validates its input.
+
+    Units: microseconds for time, bytes for sizes (float64 so that profiled fractions survive).
+    """
+
+    cost: np.ndarray  # [N] float64 µs, compute time on a device of speed 1.0
+    out_bytes: np.ndarray  # [N] float64 bytes, size of the op's output tensor
+    param_bytes: np.ndarray  # [N] float64 bytes, resident on the op's device for the whole step
+    edges: np.ndarray  # [E, 2] int64 (producer, consumer), unique, sorted
+    names: tuple[str, ...]  # [N] unique op names
+    op_types: tuple[str, ...] | None = None  # [N] e.g. "dot_general", optional
+    colocation: np.ndarray | None = None  # [N] int64 group id (ops sharing one are co-located), -1 none
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_edges(
+        cls,
+        cost: Sequence[float] | np.ndarray,
+        out_bytes: Sequence[float] | np.ndarray,
+        edges: Sequence[Sequence[int | str]] | np.ndarray,
+        param_bytes: Sequence[float] | np.ndarray | None = None,
+        names: Sequence[str] | None = None,
+        op_types: Sequence[str] | None = None,
+        colocation: Sequence[int] | np.ndarray | None = None,
+    ) -> Graph:
+        """Validate and build a graph. Edges are (producer, consumer) pairs of op indices, or of
+        op names when `names` is given. Duplicate edges are merged. Raises `ValueError` naming the
+        problem: bad lengths, negative or non-finite numbers, edges to missing ops, self-loops,
+        cycles (with the ops on one cycle)."""
+        cost_arr = _vector("cost", cost)
+        n = cost_arr.shape[0]
+        if n == 0:
+            raise ValueError("a graph needs at least one op; cost is empty")
+        out_arr = _vector("out_bytes", out_bytes, n)
+        param_arr = np.zeros(n) if param_bytes is None else _vector("param_bytes", param_bytes, n)
+        name_tuple = _names(names, n)
+        edge_arr = _edges(edges, n, name_tuple if names is not None else None)
+        types = None
+        if op_types is not None:
+            types = tuple(str(t) for t in op_types)
+            if len(types) != n:
+                raise ValueError(f"op_types has {len(types)} entries, expected {n} (one per op)")
+        coloc = None
+        if colocation is not None:
+            coloc = np.asarray(colocation)
+            if coloc.shape != (n,) or not np.issubdtype(coloc.dtype, np.integer):
+                raise ValueError(f"colocation must be {n} integers (group id, -1 for none)")
+            coloc = coloc.astype(np.int64)
+        graph = cls(cost_arr, out_arr, param_arr, edge_arr, name_tuple, types, coloc)
+        graph.topological_order  # noqa: B018  (raises on a cycle)
+        return graph
+
+    # ------------------------------------------------------------------ basic shape
+    @property
+    def n_ops(self) -> int:
+        return int(self.cost.shape[0])
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.edges.shape[0])
+
+    def __repr__(self) -> str:
+        return f"Graph(n_ops={self.n_ops}, n_edges={self.n_edges})"
+
+    # ------------------------------------------------------------------ adjacency (CSR)
+    @functools.cached_property
+    def _children_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        return _csr(self.edges[:, 0], self.edges[:, 1], self.n_ops)
+
+    @functools.cached_property
+    def _parents_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        return _csr(self.edges[:, 1], self.edges[:, 0], self.n_ops)
+
+    def children(self, v: int) -> np.ndarray:
+        """Consumers of op v, increasing index."""
+        offsets, targets = self._children_csr
+        return targets[offsets[v] : offsets[v + 1]]
+
+    def parents(self, v: int) -> np.ndarray:
+        """Producers of op v's inputs, increasing index."""
+        offsets, targets = self._parents_csr
+        return targets[offsets[v] : offsets[v + 1]]
+
+    @property
+    def out_degree(self) -> np.ndarray:  # [N] int64
+        return np.diff(self._children_csr[0])
+
+    @property
+    def in_degree(self) -> np.ndarray:  # [N] int64
+        return np.diff(self._parents_csr[0])
+
+    # ------------------------------------------------------------------ order
+    @functools.cached_property
+    def topological_order(self) -> np.ndarray:
+        """[N] int64: Kahn's algorithm, smallest ready index first (deterministic)."""
+        import heapq
+
+        indegree = self.in_degree.copy()
+        heap = [int(v) for v in np.flatnonzero(indegree == 0)]
+        heapq.heapify(heap)
+        order: list[int] = []
+        while heap:
+            v = heapq.heappop(heap)
+            order.append(v)
+            for c in self.children(v):
+                indegree[c] -= 1
+                if indegree[c] == 0:
+                    heapq.heappush(heap, int(c))
+        if len(order) != self.n_ops:
+            cycle = self._find_cycle(indegree > 0)
+            shown = " -> ".join(self.names[v] for v in [*cycle, cycle[0]])
+            raise ValueError(f"graph has a cycle: {shown}")
+        return np.asarray(order, dtype=np.int64)
+
+    def _find_cycle(self, remaining: np.ndarray) -> list[int]:
+        """Ops left after Kahn's algorithm each have a remaining parent: walk parents until a
+        repeat, then return the ops of that cycle in edge order."""
+        v = int(np.flatnonzero(remaining)[0])
+        seen: dict[int, int] = {}
+        path: list[int] = []
+        while v not in seen:
+            seen[v] = len(path)
+            path.append(v)
+            v = next(int(u) for u in self.parents(v) if remaining[u])
+        cycle = path[seen[v] :]
+        return cycle[::-1]
+
+    @functools.cached_property
+    def depth(self) -> np.ndarray:
+        """[N] int64: length of the longest path from a root to each op (roots have depth 0)."""
+        depth = np.zeros(self.n_ops, dtype=np.int64)
+        for v in self.topological_order:
+            parents = self.parents(v)
+            if parents.size:
+                depth[v] = depth[parents].max() + 1
+        return depth
+
+    # ------------------------------------------------------------------ reachability (bit-packed)
+    @functools.cached_property
+    def descendants_packed(self) -> np.ndarray:
+        """[N, ceil(N/8)] uint8: bit u of row v (NumPy `packbits` order) is set when u is
+        reachable from v by a non-empty path."""
+        return self._reach(self.topological_order[::-1], self.children)
+
+    @functools.cached_property
+    def ancestors_packed(self) -> np.ndarray:
+        """[N, ceil(N/8)] uint8: bit u of row v is set when v is reachable from u."""
+        return self._reach(self.topological_order, self.parents)
+
+    def _reach(self, order: np.ndarray, neighbours) -> np.ndarray:
+        n = self.n_ops
+        reach = np.zeros((n, (n + 7) // 8), dtype=np.uint8)
+        own_bit = np.zeros_like(reach)
+        idx = np.arange(n)
+        own_bit[idx, idx // 8] = np.uint8(1) << (7 - (idx % 8)).astype(np.uint8)
+        for v in order:
+            nbrs = neighbours(v)
+            if nbrs.size:
+                reach[v] = np.bitwise_or.reduce(reach[nbrs] | own_bit[nbrs], axis=0)
+        return reach
+
+    def descendants(self, v: int) -> np.ndarray:
+        """Indices of all ops reachable from v (excluding v), increasing."""
+        return np.flatnonzero(np.unpackbits(self.descendants_packed[v], count=self.n_ops))
+
+    def ancestors(self, v: int) -> np.ndarray:
+        """Indices of all ops from which v is reachable (excluding v), increasing."""
+        return np.flatnonzero(np.unpackbits(self.ancestors_packed[v], count=self.n_ops))
+
+    def is_ancestor(self, u: int, v: int) -> bool:
+        """True when there is a non-empty path u -> ... -> v."""
+        return bool(self.descendants_packed[u, v // 8] >> (7 - v % 8) & 1)
+
+    def index(self, name: str) -> int:
+        """Index of the op called `name`."""
+        try:
+            return self._name_index[name]
+        except KeyError:
+            raise ValueError(f"no op named {name!r} in this graph") from None
+
+    @functools.cached_property
+    def _name_index(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.names)}
+
+
+# ---------------------------------------------------------------------- validation helpers
+def _vector(field: str, values, n: int | None = None) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{field} must be numbers: {err}") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{field} must be one-dimensional, got shape {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise ValueError(f"{field} has {arr.shape[0]} entries, expected {n} (one per op)")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{field} is not finite at op {bad[0]} (value {arr[bad[0]]})")
+    neg = np.flatnonzero(arr < 0)
+    if neg.size:
+        raise ValueError(f"{field} is negative at op {neg[0]} (value {arr[neg[0]]})")
+    arr.setflags(write=False)
+    return arr
+
+
+def _names(names, n: int) -> tuple[str, ...]:
+    if names is None:
+        return tuple(f"op{i}" for i in range(n))
+    out = tuple(str(x) for x in names)
+    if len(out) != n:
+        raise ValueError(f"names has {len(out)} entries, expected {n} (one per op)")
+    if len(set(out)) != n:
+        seen: set[str] = set()
+        dup = next(x for x in out if x in seen or seen.add(x))
+        raise ValueError(f"op names must be unique; {dup!r} appears more than once")
+    return out
+
+
+def _edges(edges, n: int, names: tuple[str, ...] | None) -> np.ndarray:
+    pairs = list(edges) if not isinstance(edges, np.ndarray) else edges
+    if len(pairs) == 0:
+        arr = np.zeros((0, 2), dtype=np.int64)
+    else:
+        arr = np.asarray(pairs, dtype=object)
+        if arr.ndim != 2 or arr.shape[1] != 2:
+            raise ValueError(f"edges must be (producer, consumer) pairs, got shape {arr.shape}")
+        lookup = {name: i for i, name in enumerate(names)} if names is not None else {}
+        arr = np.vectorize(lambda x: _op_ref(x, n, lookup), otypes=[np.int64])(arr)
+    loops = np.flatnonzero(arr[:, 0] == arr[:, 1])
+    if loops.size:
+        v = int(arr[loops[0], 0])
+        label = names[v] if names is not None else str(v)
+        raise ValueError(f"edge ({label}, {label}) is a self-loop")
+    arr = np.unique(arr, axis=0) if arr.size else arr
+    arr.setflags(write=False)
+    return arr
+
+
+def _op_ref(x, n: int, lookup: dict[str, int]) -> int:
+    if isinstance(x, str):
+        if x not in lookup:
+            raise ValueError(f"edge refers to unknown op {x!r}")
+        return lookup[x]
+    if isinstance(x, (bool, np.bool_)) or not float(x).is_integer():
+        raise ValueError(f"edge endpoints must be op indices or names, got {x!r}")
+    i = int(x)
+    if not 0 <= i < n:
+        raise ValueError(f"edge refers to unknown op {i}; the graph has ops 0..{n - 1}")
+    return i
+
+
+def _csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((dst, src))
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(offsets, src + 1, 1)
+    return np.cumsum(offsets), dst[order].astype(np.int64)

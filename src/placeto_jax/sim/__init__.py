@@ -1,0 +1,1 @@
+"""The placement simulator: JAX core on padded arrays, host wrapper, Python reference."""

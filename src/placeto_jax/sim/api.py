@@ -1,0 +1,85 @@
+"""`simulate`: the host wrapper that validates, pads, batches, runs the jitted simulator, unpads."""
+
+from __future__ import annotations
+
+import functools
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.graphs.core import Graph
+from placeto_jax.sim.core import SimCluster, SimGraph, SimOutput, simulate_padded
+from placeto_jax.sim.padded import PaddedGraph, bucket, pad_graph
+from placeto_jax.sim.result import SimResult
+from placeto_jax.sim.validate import check_placement
+
+_padded_cache: weakref.WeakKeyDictionary[Graph, PaddedGraph] = weakref.WeakKeyDictionary()
+
+
+def padded(graph: Graph) -> PaddedGraph:
+    """The graph's default padding (cached per graph object)."""
+    if graph not in _padded_cache:
+        _padded_cache[graph] = pad_graph(graph)
+    return _padded_cache[graph]
+
+
+def sim_cluster(cluster: Cluster, float_dtype=None) -> SimCluster:
+    dtype = float_dtype or jnp.result_type(float)
+    return SimCluster(
+        speed=jnp.asarray(cluster.speed, dtype),
+        bandwidth=jnp.asarray(cluster.bandwidth, dtype),
+        delta1=jnp.asarray(cluster.delta1, dtype),
+        delta2=jnp.asarray(cluster.delta2, dtype),
+    )
+
+
+@functools.partial(jax.jit, static_argnames="broadcast")
+def simulate_batch(
+    graph: SimGraph, cluster: SimCluster, placements: jax.Array, broadcast: bool = True
+) -> SimOutput:
+    """jit(vmap(simulate_padded)) over placements [B, Np] int32."""
+    return jax.vmap(simulate_padded, in_axes=(None, None, 0, None))(
+        graph, cluster, placements, broadcast
+    )
+
+
+def simulate(
+    graph: Graph, cluster: Cluster, placement, *, padding: PaddedGraph | None = None
+) -> SimResult:
+    """Simulate one placement ([N] ints) or a batch ([B, N]); see docs/simulator.md.
+
+    Batches are padded to a power of two so that repeated calls reuse one compiled program;
+    `padding` (from `pad_graph(graph, ...)`) chooses the graph's padded sizes, by default
+    power-of-two buckets. Results are float64 NumPy when `jax_enable_x64` is on (exact), else
+    float32."""
+    placement = check_placement(placement, graph.n_ops, cluster.n_devices)
+    single = placement.ndim == 1
+    batch = placement[None] if single else placement
+    pg = padded(graph) if padding is None else padding
+    if int(pg.n_ops) != graph.n_ops:
+        raise ValueError(f"padding is for a graph of {int(pg.n_ops)} ops, not {graph.n_ops}")
+    n, b = graph.n_ops, batch.shape[0]
+    rows = np.zeros((bucket(b, 1), pg.n_pad), dtype=np.int32)
+    rows[:b, :n] = batch
+    out = simulate_batch(
+        SimGraph.from_padded(pg), sim_cluster(cluster), jnp.asarray(rows), cluster.broadcast
+    )
+    out = jax.device_get(out)
+    result = SimResult(
+        makespan=np.asarray(out.makespan[:b]),
+        start=np.asarray(out.start[:b, :n]),
+        end=np.asarray(out.end[:b, :n]),
+        peak_memory=np.asarray(out.peak_memory[:b]),
+        transfer_start=_nan_for_none(out.transfer_start[:b, :n]),
+        arrival=_nan_for_none(out.arrival[:b, :n]),
+    )
+    return result[0] if single else result
+
+
+def _nan_for_none(x: np.ndarray) -> np.ndarray:
+    x = np.array(x)
+    x[np.isneginf(x)] = np.nan
+    return x

@@ -1,0 +1,140 @@
+"""Host-side (NumPy) padding of a Graph into the fixed-shape arrays the JAX simulator consumes.
+
+Shapes are rounded up to powers of two (buckets), so that graphs of similar size share one
+compiled program. Padding ops have zero cost and size, no edges and are never scheduled.
+
+The simulator scans, at each step, only the heads of a *chain cover* of the DAG: a set of W
+chains (sequences of ops, each an ancestor of the next) that together hold every op. An op can
+only start once its ancestors have, so every op that is ready but not started is the first
+unstarted op of its chain; scanning W heads instead of N ops makes a step O(W) where W is close
+to the graph's width (its largest set of mutually unordered ops, by Dilworth's theorem the
+smallest possible W), which for real networks is far below N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import scipy.sparse
+from scipy.sparse.csgraph import maximum_bipartite_matching
+
+from placeto_jax.graphs.core import Graph
+
+MAX_CLOSURE_PAIRS = 20_000_000  # above this, cover with paths along edges (more chains, less RAM)
+
+
+@dataclasses.dataclass(frozen=True)
+class PaddedGraph:
+    """One graph in padded arrays. Array fields are NumPy; `to_device` makes them JAX arrays."""
+
+    n_ops: np.ndarray  # [] int32, real ops (ops >= n_ops are padding)
+    cost: np.ndarray  # [Np] float µs
+    out_bytes: np.ndarray  # [Np] float bytes
+    param_bytes: np.ndarray  # [Np] float bytes
+    n_parents: np.ndarray  # [Np] int32
+    children: np.ndarray  # [Np, K] int32 consumer indices, Np where absent
+    chain_heads: np.ndarray  # [W] int32 first op of each chain, -1 for padding chains
+    chain_next: np.ndarray  # [Np] int32 next op on the same chain, -1 at a chain's end
+    chain_of: np.ndarray  # [Np] int32 chain holding each op (0 for padding ops)
+    edge_src: np.ndarray  # [Ep] int32 producer, Np for padding edges
+    edge_dst: np.ndarray  # [Ep] int32 consumer, 0 for padding edges
+
+    @property
+    def n_pad(self) -> int:
+        return int(self.cost.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.chain_heads.shape[0])
+
+
+def bucket(n: int, minimum: int = 8) -> int:
+    """Smallest power of two >= max(n, minimum)."""
+    return 1 << max(int(n) - 1, minimum - 1).bit_length()
+
+
+def pad_graph(
+    graph: Graph,
+    n_pad: int | None = None,
+    max_children: int | None = None,
+    n_chains: int | None = None,
+    n_edges: int | None = None,
+) -> PaddedGraph:
+    """Pad `graph` to the given sizes (default: power-of-two buckets of its own sizes)."""
+    n = graph.n_ops
+    chains = chain_cover(graph)
+    degree = int(graph.out_degree.max(initial=0))
+    n_pad = bucket(n) if n_pad is None else n_pad
+    max_children = bucket(max(degree, 1), 1) if max_children is None else max_children
+    n_chains = bucket(len(chains), 1) if n_chains is None else n_chains
+    n_edges = bucket(max(graph.n_edges, 1), 1) if n_edges is None else n_edges
+    for label, have, need in (
+        ("n_pad", n_pad, n),
+        ("max_children", max_children, degree),
+        ("n_chains", n_chains, len(chains)),
+        ("n_edges", n_edges, graph.n_edges),
+    ):
+        if have < need:
+            raise ValueError(f"{label}={have} is too small for this graph (needs {need})")
+
+    def padded(values: np.ndarray, fill, dtype) -> np.ndarray:
+        out = np.full(n_pad, fill, dtype=dtype)
+        out[:n] = values
+        return out
+
+    children = np.full((n_pad, max_children), n_pad, dtype=np.int32)
+    for v in range(n):
+        kids = graph.children(v)
+        children[v, : kids.size] = kids
+    heads = np.full(n_chains, -1, dtype=np.int32)
+    chain_next = np.full(n_pad, -1, dtype=np.int32)
+    chain_of = np.zeros(n_pad, dtype=np.int32)
+    for i, chain in enumerate(chains):
+        heads[i] = chain[0]
+        chain_next[chain[:-1]] = chain[1:]
+        chain_of[chain] = i
+    edge_src = np.full(n_edges, n_pad, dtype=np.int32)
+    edge_dst = np.zeros(n_edges, dtype=np.int32)
+    edge_src[: graph.n_edges] = graph.edges[:, 0]
+    edge_dst[: graph.n_edges] = graph.edges[:, 1]
+    return PaddedGraph(
+        n_ops=np.int32(n),
+        cost=padded(graph.cost, 0.0, np.float64),
+        out_bytes=padded(graph.out_bytes, 0.0, np.float64),
+        param_bytes=padded(graph.param_bytes, 0.0, np.float64),
+        n_parents=padded(graph.in_degree, 0, np.int32),
+        children=children,
+        chain_heads=heads,
+        chain_next=chain_next,
+        chain_of=chain_of,
+        edge_src=edge_src,
+        edge_dst=edge_dst,
+    )
+
+
+def chain_cover(graph: Graph) -> list[np.ndarray]:
+    """A minimum chain cover (Dilworth) from a maximum matching on the transitive closure: each
+    matched pair (u, v) makes v the successor of u on a chain. Chains are in topological order.
+    For very large dense closures, falls back to a minimum path cover along the edges only."""
+    n = graph.n_ops
+    packed = graph.descendants_packed
+    pair_count = int(np.unpackbits(packed, axis=1, count=n).sum()) if n <= 20_000 else None
+    if pair_count is not None and pair_count <= MAX_CLOSURE_PAIRS:
+        closure = np.unpackbits(packed, axis=1, count=n).astype(bool)
+        rows, cols = np.nonzero(closure)
+    else:
+        rows, cols = graph.edges[:, 0], graph.edges[:, 1]
+    bipartite = scipy.sparse.csr_matrix(
+        (np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(n, n)
+    )
+    successor = maximum_bipartite_matching(bipartite, perm_type="column")  # [N] or -1
+    has_predecessor = np.zeros(n, dtype=bool)
+    has_predecessor[successor[successor >= 0]] = True
+    chains = []
+    for first in np.flatnonzero(~has_predecessor):
+        chain = [int(first)]
+        while successor[chain[-1]] >= 0:
+            chain.append(int(successor[chain[-1]]))
+        chains.append(np.asarray(chain, dtype=np.int32))
+    return chains
