@@ -23,24 +23,36 @@ def diamond() -> Graph:
 def layered(
     n: int, n_layers: int | None = None, seed: int = 0, out_degree: float = 2.0
 ) -> Graph:
-    """A random layered DAG of n ops: ops are split into layers (default about sqrt(n) of them);
-    every op outside the last layer gets 1 + Poisson(out_degree - 1) consumers, 80% in the next
-    layer and 20% in any later layer, so the average out-degree is about `out_degree`.
-    Costs are log-uniform in [10, 1000] µs, outputs log-uniform in [10 kB, 10 MB]."""
+    """A random layered DAG of n ops shaped like a network: ops are split into `n_layers` layers
+    (default: layers of about 8 ops); every op after the first layer has a producer in the layer
+    before and every op before the last layer has a consumer in the layer after; further edges
+    (80% to the next layer, 20% skipping ahead) bring the average out-degree to about
+    `out_degree`. Costs are log-uniform in [10, 1000] µs, outputs log-uniform in [10 kB, 10 MB]."""
     if n < 1:
         raise ValueError(f"a layered graph needs n >= 1 ops, got {n}")
     rng = np.random.default_rng(seed)
-    n_layers = n_layers or max(1, round(np.sqrt(n)))
-    n_layers = min(n_layers, n)
+    n_layers = min(n_layers or max(1, round(n / 8)), n)
     bounds = np.linspace(0, n, n_layers + 1).round().astype(int)
     layer_of = np.repeat(np.arange(n_layers), np.diff(bounds))
+
+    def pick(layer: int) -> int:
+        return int(rng.integers(bounds[layer], bounds[layer + 1]))
+
     edges = set()
-    for v in range(bounds[-2]):
-        layer = layer_of[v]
-        for _ in range(1 + rng.poisson(max(out_degree - 1.0, 0.0))):
-            target = layer + 1 if rng.random() < 0.8 else rng.integers(layer + 1, n_layers)
-            lo, hi = bounds[target], bounds[target + 1]
-            edges.add((v, int(rng.integers(lo, hi))))
+    for v in range(bounds[1], n):  # a producer in the previous layer
+        edges.add((pick(layer_of[v] - 1), v))
+    has_child = np.zeros(n, dtype=bool)
+    has_child[[u for u, _ in edges]] = True
+    for v in np.flatnonzero(~has_child[: bounds[-2]]):  # a consumer in the next layer
+        edges.add((int(v), pick(layer_of[v] + 1)))
+    target = min(int(out_degree * bounds[-2]), bounds[-2] * (n - bounds[-2]))
+    for _ in range(20 * n):
+        if len(edges) >= target:
+            break
+        u = int(rng.integers(0, bounds[-2]))
+        layer = layer_of[u]
+        later = layer + 1 if rng.random() < 0.8 else int(rng.integers(layer + 1, n_layers))
+        edges.add((u, pick(later)))
     cost = np.exp(rng.uniform(np.log(10.0), np.log(1000.0), n)).round(1)
     out_bytes = np.exp(rng.uniform(np.log(1e4), np.log(1e7), n)).round()
     return Graph.from_edges(cost, out_bytes, sorted(edges))

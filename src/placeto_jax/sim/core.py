@@ -21,7 +21,6 @@ O(N D log N) sort for peak memory.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import NamedTuple
 
 import jax
@@ -82,14 +81,22 @@ class SimOutput(NamedTuple):
 
 
 class _State(NamedTuple):
-    heads: jax.Array  # [W] int32 current head op of each chain, -1 when exhausted
-    pending: jax.Array  # [Np] int32 parents not yet started
-    ready_t: jax.Array  # [Np] float µs, latest input-arrival time so far
-    ready_r: jax.Array  # [Np] int32 round of that arrival
+    # Per op (source of truth for ops that are not chain heads):
+    ready_t: jax.Array  # [Np] float µs, latest input arrival so far
+    ready_rp: jax.Array  # [Np, 2] int32: round of that arrival, parents not yet started
+    # Per chain slot, a copy of its head's data so that choosing the next op needs no gathers:
+    slot_op: jax.Array  # [W] int32 head op, -1 when the chain is exhausted
+    slot_dev: jax.Array  # [W] int32 device of the head
+    slot_rt: jax.Array  # [W] float µs, head's ready time
+    slot_rp: jax.Array  # [W, 2] int32, head's ready round and parents not yet started
+    slot_free: jax.Array  # [W] float µs, when the head's device is next free
+    slot_free_r: jax.Array  # [W] int32, round of that
+    # Per device:
     dev_t: jax.Array  # [D] float µs, device free from
     dev_r: jax.Array  # [D] int32
     bus_t: jax.Array  # [D] float µs, bus free from
     bus_r: jax.Array  # [D] int32
+    # Outputs:
     start: jax.Array  # [Np] float µs
     end: jax.Array  # [Np] float µs
     xfer: jax.Array  # [Np, D] float µs transfer start, -inf none
@@ -114,14 +121,20 @@ def _until(t, r, new_t):
     return jnp.where(moved, new_t, t), jnp.where(moved, 0, r)
 
 
-def _lexmin_index(keys: list[jax.Array], ids: jax.Array, valid: jax.Array) -> jax.Array:
-    """The smallest id among `valid` entries ordered by `keys` lexicographically, then id."""
+def _lexmin_slot(keys: list[jax.Array], valid: jax.Array) -> jax.Array:
+    """Index of the `valid` entry that is smallest by `keys` lexicographically (the last key must
+    be unique among valid entries)."""
     mask = valid
     for key in keys:
         big = jnp.inf if jnp.issubdtype(key.dtype, jnp.floating) else _BIG_INT
-        best = jnp.min(jnp.where(mask, key, big))
-        mask = mask & (key == best)
-    return jnp.min(jnp.where(mask, ids, _BIG_INT))
+        mask = mask & (key == jnp.min(jnp.where(mask, key, big)))
+    return jnp.argmax(mask)
+
+
+def _pick_device(values: jax.Array, dev: jax.Array, fill) -> jax.Array:
+    """values[dev] for per-device `values` [D] and indices `dev` [K], by selects, not a gather."""
+    hit = dev[:, None] == jnp.arange(values.shape[0])
+    return jnp.max(jnp.where(hit, values[None, :], fill), axis=1)
 
 
 def simulate_padded(
@@ -134,66 +147,88 @@ def simulate_padded(
     devices = jnp.arange(n_dev, dtype=jnp.int32)
     duration = graph.cost / cluster.speed[placement]  # [Np] µs
     xfer_time = graph.out_bytes / cluster.bandwidth[placement]  # [Np] µs
-    child_valid = graph.children < n_pad  # [Np, K]
+    child_ok = graph.children < n_pad  # [Np, K]
+    child_dev = placement.at[graph.children].get(mode="fill", fill_value=0)  # [Np, K]
+    child_slot = graph.chain_of.at[graph.children].get(mode="fill", fill_value=0)  # [Np, K]
+    remote = child_ok & (child_dev != placement[:, None])  # [Np, K]
+    needs = jnp.any(remote[:, :, None] & (child_dev[:, :, None] == devices), axis=1)  # [Np, D]
+    n_slots = graph.chain_heads.shape[0]
 
     def step(_, s: _State) -> _State:
-        heads = s.heads
-        live = heads >= 0
-        h = jnp.where(live, heads, 0)
-        known = live & (s.pending[h] == 0)
-        hdev = placement[h]
-        hrt, hrr = s.ready_t[h], s.ready_r[h]
-        st_all, sr_all = _later(s.dev_t[hdev], s.dev_r[hdev], hrt, hrr)
-        v = _lexmin_index([st_all, sr_all, hrt], h, known)
-        d = placement[v]
-        st, sr = _later(s.dev_t[d], s.dev_r[d], s.ready_t[v], s.ready_r[v])
+        # 1. Choose: the known head whose start (device free vs ready) is earliest, then by
+        #    ready time, then by op index.
+        known = (s.slot_op >= 0) & (s.slot_rp[:, 1] == 0)
+        start_t, start_r = _later(s.slot_free, s.slot_free_r, s.slot_rt, s.slot_rp[:, 0])
+        i = _lexmin_slot([start_t, start_r, s.slot_rt, s.slot_op], known)
+        v, d, st, sr = s.slot_op[i], s.slot_dev[i], start_t[i], start_r[i]
+
+        # 2. Run it; queue its transfers (FIFO on its device's bus).
         et, er = _after(st, sr, duration[v])
-        free_t = jnp.where(duration[v] > 0, et + cluster.delta1, et)
-        dev_t, dev_r = _until(et, er, free_t)
-
-        kids = graph.children[v]  # [K]
-        kid_ok = child_valid[v]
-        kid_dev = placement.at[kids].get(mode="fill", fill_value=0)
-        remote = kid_ok & (kid_dev != d)
-        needs = jnp.any(remote[:, None] & (kid_dev[:, None] == devices), axis=0)  # [D]
-
+        free_t, free_r = _until(et, er, jnp.where(duration[v] > 0, et + cluster.delta1, et))
+        need = needs[v]  # [D]
         bus_t, bus_r = s.bus_t[d], s.bus_r[d]
         if broadcast:
             x_t, x_r = _later(bus_t, bus_r, et, er)
             a_t, a_r = _after(x_t, x_r, xfer_time[v])
-            any_remote = jnp.any(needs)
             b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
-            bus_t, bus_r = jnp.where(any_remote, b_t, bus_t), jnp.where(any_remote, b_r, bus_r)
-            arr_t = jnp.where(needs, a_t, -jnp.inf)
+            sends = jnp.any(need)
+            bus_t, bus_r = jnp.where(sends, b_t, bus_t), jnp.where(sends, b_r, bus_r)
+            arr_t = jnp.where(need, a_t, -jnp.inf)
             arr_r = jnp.full(n_dev, a_r)
-            xfer_row = jnp.where(needs, x_t, -jnp.inf)
+            xfer_row = jnp.where(need, x_t, -jnp.inf)
         else:
             arr_t, arr_r, xfer_row = [], [], []
             for dest in range(n_dev):
                 x_t, x_r = _later(bus_t, bus_r, et, er)
                 a_t, a_r = _after(x_t, x_r, xfer_time[v])
                 b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
-                bus_t = jnp.where(needs[dest], b_t, bus_t)
-                bus_r = jnp.where(needs[dest], b_r, bus_r)
-                arr_t.append(jnp.where(needs[dest], a_t, -jnp.inf))
+                bus_t = jnp.where(need[dest], b_t, bus_t)
+                bus_r = jnp.where(need[dest], b_r, bus_r)
+                arr_t.append(jnp.where(need[dest], a_t, -jnp.inf))
                 arr_r.append(a_r)
-                xfer_row.append(jnp.where(needs[dest], x_t, -jnp.inf))
+                xfer_row.append(jnp.where(need[dest], x_t, -jnp.inf))
             arr_t, arr_r, xfer_row = jnp.stack(arr_t), jnp.stack(arr_r), jnp.stack(xfer_row)
 
+        # 3. Its consumers: input arrival stamps, one parent fewer to wait for.
+        kids, kid_dev, kid_slot = graph.children[v], child_dev[v], child_slot[v]  # [K]
         local = kid_dev == d
-        in_t = jnp.where(local, et, arr_t[kid_dev])
-        in_r = jnp.where(local, er, arr_r[kid_dev])
+        in_t = jnp.where(local, et, _pick_device(arr_t, kid_dev, -jnp.inf))
+        in_r = jnp.where(local, er, _pick_device(arr_r, kid_dev, 0))
         old_t = s.ready_t.at[kids].get(mode="fill", fill_value=0)
-        old_r = s.ready_r.at[kids].get(mode="fill", fill_value=0)
-        new_t, new_r = _later(old_t, old_r, in_t, in_r)
-        slot = graph.chain_of[v]
+        old_rp = s.ready_rp.at[kids].get(mode="fill", fill_value=0)  # [K, 2]
+        new_t, new_r = _later(old_t, old_rp[:, 0], in_t, in_r)
+        new_rp = jnp.stack([new_r, old_rp[:, 1] - 1], axis=1)
+        ready_t = s.ready_t.at[kids].set(new_t, mode="drop")
+        ready_rp = s.ready_rp.at[kids].set(new_rp, mode="drop")
+        is_head = child_ok[v] & (s.slot_op[kid_slot] == kids)
+        head_slot = jnp.where(is_head, kid_slot, n_slots)
+        slot_rt = s.slot_rt.at[head_slot].set(new_t, mode="drop")
+        slot_rp = s.slot_rp.at[head_slot].set(new_rp, mode="drop")
+
+        # 4. Device state; the chain's next op becomes the slot's head.
+        dev_t, dev_r = s.dev_t.at[d].set(free_t), s.dev_r.at[d].set(free_r)
+        nxt = graph.chain_next[v]
+        u = jnp.maximum(nxt, 0)
+        u_dev = placement[u]
+        this = jnp.arange(n_slots) == i
+        slot_op = jnp.where(this, nxt, s.slot_op)
+        slot_dev = jnp.where(this, u_dev, s.slot_dev)
+        slot_rt = jnp.where(this, ready_t[u], slot_rt)
+        slot_rp = jnp.where(this[:, None], ready_rp[u], slot_rp)
+        on_d = slot_dev == d
+        slot_free = jnp.where(on_d, free_t, jnp.where(this, dev_t[u_dev], s.slot_free))
+        slot_free_r = jnp.where(on_d, free_r, jnp.where(this, dev_r[u_dev], s.slot_free_r))
         return _State(
-            heads=s.heads.at[slot].set(graph.chain_next[v]),
-            pending=s.pending.at[kids].add(-1, mode="drop"),
-            ready_t=s.ready_t.at[kids].set(new_t, mode="drop"),
-            ready_r=s.ready_r.at[kids].set(new_r, mode="drop"),
-            dev_t=s.dev_t.at[d].set(dev_t),
-            dev_r=s.dev_r.at[d].set(dev_r),
+            ready_t=ready_t,
+            ready_rp=ready_rp,
+            slot_op=slot_op,
+            slot_dev=slot_dev,
+            slot_rt=slot_rt,
+            slot_rp=slot_rp,
+            slot_free=slot_free,
+            slot_free_r=slot_free_r,
+            dev_t=dev_t,
+            dev_r=dev_r,
             bus_t=s.bus_t.at[d].set(bus_t),
             bus_r=s.bus_r.at[d].set(bus_r),
             start=s.start.at[v].set(st),
@@ -202,13 +237,18 @@ def simulate_padded(
             arrival=s.arrival.at[v].set(arr_t),
         )
 
+    heads = graph.chain_heads
+    first = jnp.maximum(heads, 0)
     zeros_f = jnp.zeros(n_pad, ftype)
-    zeros_i = jnp.zeros(n_pad, jnp.int32)
     init = _State(
-        heads=graph.chain_heads,
-        pending=graph.n_parents,
         ready_t=zeros_f,
-        ready_r=zeros_i,
+        ready_rp=jnp.stack([jnp.zeros(n_pad, jnp.int32), graph.n_parents], axis=1),
+        slot_op=heads,
+        slot_dev=placement[first],
+        slot_rt=jnp.zeros(n_slots, ftype),
+        slot_rp=jnp.stack([jnp.zeros(n_slots, jnp.int32), graph.n_parents[first]], axis=1),
+        slot_free=jnp.zeros(n_slots, ftype),
+        slot_free_r=jnp.zeros(n_slots, jnp.int32),
         dev_t=jnp.zeros(n_dev, ftype),
         dev_r=jnp.zeros(n_dev, jnp.int32),
         bus_t=jnp.zeros(n_dev, ftype),
@@ -235,8 +275,7 @@ def peak_memory(graph: SimGraph, placement, start, end, arrival, n_dev: int) -> 
 
     Each (op, device) pair holds at most one interval: the op's own output on its device, from
     start until the op, its local consumers and its transfers are done; or a copy on a consumer's
-    device, from arrival until the last consumer there ends. Events are sorted per device with
-    frees before allocations at equal times (half-open intervals)."""
+    device, from arrival until the last consumer there ends."""
     n_pad = start.shape[0]
     devices = jnp.arange(n_dev, dtype=jnp.int32)
     segment = graph.edge_src * n_dev + placement.at[graph.edge_dst].get(mode="fill", fill_value=0)
@@ -250,9 +289,22 @@ def peak_memory(graph: SimGraph, placement, start, end, arrival, n_dev: int) -> 
     alloc = jnp.where(home, start[:, None], jnp.where(has_copy, arrival, 0.0))
     free = jnp.where(home, home_free[:, None], jnp.where(has_copy, last_use, 0.0))
     size = jnp.where(home | has_copy, graph.out_bytes[:, None], 0.0)
-    times = jnp.concatenate([free.T, alloc.T], axis=1)  # [D, 2Np], frees first
-    deltas = jnp.concatenate([-size.T, size.T], axis=1)
-    _, deltas = jax.lax.sort((times, deltas), dimension=1, is_stable=True, num_keys=1)
-    live_peak = jnp.maximum(jnp.max(jnp.cumsum(deltas, axis=1), axis=1), 0.0)
+    times = jnp.concatenate([free.T, alloc.T], axis=1)  # [D, 2Np] µs
+    deltas = jnp.concatenate([-size.T, size.T], axis=1)  # [D, 2Np] bytes
+    live_peak = jax.vmap(_peak_of_events)(times, deltas)
     params = jax.ops.segment_sum(graph.param_bytes, placement, num_segments=n_dev)
     return live_peak + params
+
+
+def _peak_of_events(times: jax.Array, deltas: jax.Array) -> jax.Array:
+    """Largest running sum of `deltas` [M] bytes applied in time order ([M] µs, all >= 0), where
+    all events of one instant are applied together (so frees at t come before allocations at t).
+
+    Sums the deltas per distinct time and takes the running maximum. Times are compared through
+    their bit patterns (monotone for non-negative floats): a one-operand integer sort is several
+    times faster on CPU than sorting floats with a payload."""
+    int_type = jnp.int64 if times.dtype == jnp.float64 else jnp.int32
+    keys = jax.lax.bitcast_convert_type(times, int_type)
+    rank = jnp.searchsorted(jnp.sort(keys), keys, side="left", method="scan")
+    per_instant = jnp.zeros_like(deltas).at[rank].add(deltas)
+    return jnp.maximum(jnp.max(jnp.cumsum(per_instant)), 0.0)

@@ -1,0 +1,326 @@
+"""The `placeto-jax` command line: `simulate` one placement, `demo` the baseline placers.
+
+Errors in the input (graph spec or file, placement, preset, device count) print one line,
+`placeto-jax: error: ...`, to stderr and exit with status 2; I/O failures exit with status 1.
+Output files are written atomically. The simulator runs in float64 (`jax_enable_x64`), so the
+numbers are exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import placeto_jax as pj
+from placeto_jax.cluster import PRESETS, Cluster
+from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.registry import BUILTIN_GRAPHS, resolve_graph
+from placeto_jax.placers import PLACERS, random_batch
+from placeto_jax.plotting import gantt
+from placeto_jax.report import PlacementReport, summarize
+
+PROG = "placeto-jax"
+GB = 1e9
+MB = 1e6
+MS = 1e3  # µs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    jax.config.update("jax_enable_x64", True)
+    try:
+        return args.command(args)
+    except ValueError as err:
+        return _fail(err, 2)
+    except OSError as err:
+        return _fail(err, 1)
+
+
+def _fail(err: Exception, status: int) -> int:
+    message = " ".join(str(err).split())
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+# ---------------------------------------------------------------------- argument parsing
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Learned device placement (Placeto) with a vectorised JAX simulator.",
+    )
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    _add_simulate(commands)
+    _add_demo(commands)
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset",
+        default="placeto-k80",
+        metavar="NAME",
+        help=f"cluster preset: {', '.join(PRESETS)} (default: %(default)s)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+
+
+def _add_simulate(commands) -> None:
+    parser = commands.add_parser(
+        "simulate",
+        help="simulate one placement of a graph and report per-device load",
+        description="Simulate one placement of GRAPH on a cluster and print makespan, per-device "
+        "load, memory and transfers.",
+        epilog=BUILTIN_GRAPHS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("graph", metavar="GRAPH", help="graph file or built-in graph (below)")
+    parser.add_argument("--devices", type=int, required=True, metavar="D", help="device count")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--placement",
+        metavar="FILE",
+        help='JSON file: a list of N device indices, or {"placement": [...]}',
+    )
+    source.add_argument(
+        "--placer",
+        choices=list(PLACERS),
+        default="single",
+        help="baseline placer when no --placement is given (default: %(default)s)",
+    )
+    _common(parser)
+    parser.add_argument(
+        "--no-broadcast",
+        action="store_true",
+        help="send one transfer per remote consumer device instead of one per op",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--gantt", metavar="OUT.png", help="also write a Gantt chart (PNG)")
+    parser.set_defaults(command=_simulate)
+
+
+def _add_demo(commands) -> None:
+    parser = commands.add_parser(
+        "demo",
+        help="compare baseline placers on a built-in graph",
+        description="Simulate a graph under the single, round-robin and random placers, and the "
+        "best of a batch of random placements evaluated in one vectorised simulator call.",
+        epilog=BUILTIN_GRAPHS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--devices", type=int, default=4, help="device count (default: 4)")
+    parser.add_argument("--graph", default="cnn", help="graph (default: %(default)s)")
+    parser.add_argument(
+        "--batch", type=int, default=4096, help="random placements in the batch (default: 4096)"
+    )
+    _common(parser)
+    parser.set_defaults(command=_demo)
+
+
+# ---------------------------------------------------------------------- simulate
+def _simulate(args: argparse.Namespace) -> int:
+    graph = resolve_graph(args.graph)
+    cluster = Cluster.preset(args.preset, args.devices, broadcast=not args.no_broadcast)
+    if args.placement:
+        placement = load_placement(args.placement, graph, cluster.n_devices)
+        source = f"file {args.placement}"
+    else:
+        placement = PLACERS[args.placer](graph, cluster, jax.random.key(args.seed))
+        source = f"placer {args.placer}"
+    result = pj.simulate(graph, cluster, placement)
+    report = summarize(graph, cluster, placement, result)
+    if args.gantt:
+        gantt(graph, cluster, placement, result, args.gantt)
+    if args.json:
+        print(json.dumps(_report_json(args.graph, graph, cluster, source, placement, report)))
+    else:
+        print(_report_table(args.graph, graph, cluster, source, report))
+        if args.gantt:
+            print(f"wrote {args.gantt}")
+    return 0
+
+
+def load_placement(path: str, graph: Graph, n_devices: int) -> np.ndarray:
+    """[N] int64 from a JSON file holding a list of device indices or {"placement": [...]}."""
+    try:
+        doc = json.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such placement file") from None
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read the placement file ({err.strerror})") from None
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if isinstance(doc, dict) and set(doc) == {"placement"}:
+        doc = doc["placement"]
+    if not isinstance(doc, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in doc
+    ):
+        raise ValueError(f'{path}: expected a list of device indices or {{"placement": [...]}}')
+    if len(doc) != graph.n_ops:
+        raise ValueError(
+            f"{path}: placement has {len(doc)} entries; the graph has {graph.n_ops} ops"
+        )
+    bad = next((v for v, d in enumerate(doc) if not 0 <= d < n_devices), None)
+    if bad is not None:
+        raise ValueError(
+            f"{path}: op {bad} ({graph.names[bad]}) is placed on device {doc[bad]}, "
+            f"outside [0, {n_devices})"
+        )
+    return np.asarray(doc, dtype=np.int64)
+
+
+def _report_json(
+    spec: str,
+    graph: Graph,
+    cluster: Cluster,
+    source: str,
+    placement: np.ndarray,
+    report: PlacementReport,
+) -> dict:
+    return {
+        "graph": spec,
+        "n_ops": graph.n_ops,
+        "n_edges": graph.n_edges,
+        "n_devices": cluster.n_devices,
+        "preset": cluster.name,
+        "broadcast": cluster.broadcast,
+        "placement_source": source,
+        "makespan_us": report.makespan_us,
+        "op_count": report.op_count.tolist(),
+        "busy_us": report.busy_us.tolist(),
+        "utilisation": report.utilisation.tolist(),
+        "peak_memory_bytes": report.peak_memory_bytes.tolist(),
+        "memory_capacity_bytes": report.memory_capacity_bytes.tolist(),
+        "fits_memory": report.fits_memory,
+        "transfers": {
+            "count": report.transfer_count.tolist(),
+            "bytes": report.transfer_bytes.tolist(),
+        },
+        "placement": placement.tolist(),
+    }
+
+
+def _report_table(
+    spec: str, graph: Graph, cluster: Cluster, source: str, report: PlacementReport
+) -> str:
+    mode = "broadcast" if cluster.broadcast else "no broadcast"
+    rows = [
+        ("device", "ops", "busy ms", "util", "peak GB", "capacity GB", "transfers", "sent MB"),
+        *(
+            (
+                str(d),
+                str(report.op_count[d]),
+                f"{report.busy_us[d] / MS:.3f}",
+                f"{report.utilisation[d]:.1%}",
+                f"{report.peak_memory_bytes[d] / GB:.4g}",
+                f"{report.memory_capacity_bytes[d] / GB:.4g}",
+                str(report.transfer_count[d]),
+                f"{report.transfer_bytes[d] / MB:.4g}",
+            )
+            for d in range(cluster.n_devices)
+        ),
+    ]
+    over = np.flatnonzero(report.peak_memory_bytes > report.memory_capacity_bytes)
+    memory = (
+        f"EXCEEDS capacity on device(s) {', '.join(map(str, over))}"
+        if over.size
+        else "fits on every device"
+    )
+    return "\n".join(
+        [
+            f"graph      {spec}: {graph.n_ops} ops, {graph.n_edges} edges",
+            f"cluster    {cluster.name}, {cluster.n_devices} devices, {mode}",
+            f"placement  {source}",
+            f"makespan   {report.makespan_us / MS:.3f} ms",
+            f"memory     {memory}",
+            "",
+            _table(rows),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------- demo
+@dataclasses.dataclass(frozen=True)
+class _DemoRow:
+    method: str
+    makespan_us: float
+    peak_memory_bytes: float  # largest over devices
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.batch < 1:
+        raise ValueError(f"--batch must be at least 1, got {args.batch}")
+    graph = resolve_graph(args.graph)
+    cluster = Cluster.preset(args.preset, args.devices)
+    key, batch_key = jax.random.split(jax.random.key(args.seed))
+    rows = []
+    for name in ("single", "round-robin", "random"):
+        result = pj.simulate(graph, cluster, PLACERS[name](graph, cluster, key))
+        rows.append(_DemoRow(name, float(result.makespan), float(result.peak_memory.max())))
+    placements = random_batch(graph, cluster, batch_key, args.batch)
+    tic = time.perf_counter()
+    pj.simulate(graph, cluster, placements)  # compiles for this batch shape
+    compiled = time.perf_counter()
+    batch = pj.simulate(graph, cluster, placements)
+    done = time.perf_counter()
+    best = int(np.argmin(batch.makespan))
+    rows.append(
+        _DemoRow(
+            f"best of {args.batch} random",
+            float(batch.makespan[best]),
+            float(batch.peak_memory[best].max()),
+        )
+    )
+    print(_demo_table(args.graph, graph, cluster, rows))
+    print(
+        f"\nbatch: {args.batch} placements in one simulate call, {done - compiled:.3f} s "
+        f"({args.batch / (done - compiled):,.0f} placements/s on {jax.default_backend()}; "
+        f"first call with compilation {compiled - tic:.2f} s)"
+    )
+    return 0
+
+
+def _demo_table(spec: str, graph: Graph, cluster: Cluster, rows: list[_DemoRow]) -> str:
+    single = next(r.makespan_us for r in rows if r.method == "single")
+    table = [
+        ("method", "makespan ms", "speedup", "peak memory GB"),
+        *(
+            (
+                r.method,
+                f"{r.makespan_us / MS:.3f}",
+                f"{single / r.makespan_us:.2f}x" if r.makespan_us > 0 else "-",
+                f"{r.peak_memory_bytes / GB:.3f}",
+            )
+            for r in rows
+        ),
+    ]
+    capacity = cluster.memory_array.min() / GB
+    return "\n".join(
+        [
+            f"graph    {spec}: {graph.n_ops} ops, {graph.n_edges} edges, "
+            f"{graph.cost.sum() / MS:.1f} ms of compute",
+            f"cluster  {cluster.name}, {cluster.n_devices} devices, {capacity:.4g} GB each",
+            "",
+            _table(table),
+        ]
+    )
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned first column, right-aligned others, two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    )

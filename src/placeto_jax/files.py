@@ -1,0 +1,31 @@
+"""Atomic file writing: a file appears complete under its final name, or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Yield a binary file created next to `path`. On normal exit it is flushed, fsynced and
+    renamed over `path` (`os.replace`); on any error it is removed and `path` is left as it was."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as err:  # report the file the caller asked for, not the temp file
+        raise OSError(err.errno, err.strerror, os.fspath(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,69 @@
+"""Graphs by name: a graph file path or a built-in graph spec (see `BUILTIN_GRAPHS`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from placeto_jax.graphs import generators
+from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.io import load_graph
+
+BUILTIN_GRAPHS = """\
+built-in graphs:
+  example:diamond        the 4-op worked example of the simulator spec
+  layered:N[:SEED]       random layered DAG of N ops (seed 0 by default)
+  cnn[:MODULES[:SEED]]   Inception-like training graph (10 modules, seed 0 by default)
+anything else is read as a graph file (.json, or .json.gz for gzip; see placeto_jax.graphs.io)"""
+
+_FORMS = "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], or a graph file path"
+
+
+def resolve_graph(spec: str) -> Graph:
+    """The graph named by `spec`: a built-in form (which takes precedence; write `./cnn` for a
+    file called `cnn`) or a graph file. ValueError names the spec and lists the forms."""
+    kind, colon, rest = spec.partition(":")
+    if kind in _BUILDERS:
+        args = rest.split(":") if colon else []
+        try:
+            return _BUILDERS[kind](args)
+        except ValueError as err:
+            raise ValueError(f"bad graph {spec!r}: {err}; expected {_FORMS}") from None
+    if not Path(spec).is_file():
+        raise ValueError(f"graph {spec!r} is not a built-in graph or an existing file; {_FORMS}")
+    return load_graph(spec)
+
+
+def _example(args: list[str]) -> Graph:
+    if args != ["diamond"]:
+        raise ValueError("the only example is example:diamond")
+    return generators.diamond()
+
+
+def _layered(args: list[str]) -> Graph:
+    if len(args) not in (1, 2):
+        raise ValueError("layered takes N and an optional SEED")
+    seed = _integer(args[1], "SEED", 0) if len(args) == 2 else 0
+    return generators.layered(_integer(args[0], "N", 1), seed=seed)
+
+
+def _cnn(args: list[str]) -> Graph:
+    if len(args) > 2:
+        raise ValueError("cnn takes an optional MODULES and SEED")
+    modules = _integer(args[0], "MODULES", 1) if args else 10
+    seed = _integer(args[1], "SEED", 0) if len(args) == 2 else 0
+    return generators.branchy_cnn(modules, seed)
+
+
+def _integer(text: str, what: str, minimum: int) -> int:
+    if not re.fullmatch(r"[0-9]+", text) or int(text) < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {text!r}")
+    return int(text)
+
+
+_BUILDERS: dict[str, Callable[[list[str]], Graph]] = {
+    "example": _example,
+    "layered": _layered,
+    "cnn": _cnn,
+}

@@ -1,0 +1,96 @@
+"""Smoke tests of experiments/bench_simulator.py on tiny settings (numbers are not asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "bench_simulator.py"
+ROW_KEYS = {
+    "n_ops",
+    "graph_digest",
+    "batch",
+    "dtype",
+    "compile_s",
+    "wall_s",
+    "cpu_s",
+    "repeats",
+    "placements_per_wall_s",
+    "placements_per_cpu_s",
+    "peak_rss_gb",
+    "check",
+}
+MACHINE_KEYS = {"platform", "cpu_count", "jax", "jaxlib", "git_commit"}
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_simulator", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_valid_row(row: dict) -> None:
+    assert row.keys() >= ROW_KEYS, row
+    assert row["repeats"] >= 2
+    assert row["wall_s"] > 0 and row["cpu_s"] > 0 and row["peak_rss_gb"] > 0
+    assert row["placements_per_wall_s"] > 0 and row["placements_per_cpu_s"] > 0
+    assert row["check"]["ok"], row["check"]
+
+
+def test_run_one_in_process():
+    """One configuration in this process (the dtype the test session already uses)."""
+    bench = load_bench()
+    x64 = int(jax.config.jax_enable_x64)
+    row = bench.run_one(20, 2, n_devices=3, x64=x64, min_time=0.01)
+    assert_valid_row(row)
+    assert (row["n_ops"], row["batch"], row["dtype"]) == (20, 2, bench.DTYPES[x64])
+    assert row["check"]["placements"] == 2
+    reference = {20: {"placements_per_cpu_s": 10.0, "graph_digest": row["graph_digest"]}}
+    lines = bench.table(
+        [row, {"n_ops": 20, "batch": 4, "dtype": "float32", "error": "boom"}], reference
+    )
+    assert len(lines.splitlines()) == 3 and "failed" in lines.splitlines()[2]
+    summary = bench.checks_summary([row], reference)
+    assert summary.endswith(": ok") and "WARNING" not in summary
+
+
+def test_write_json_is_atomic(tmp_path):
+    bench = load_bench()
+    out = tmp_path / "a" / "b.json"
+    bench.write_json(out, {"x": 1})
+    assert json.loads(out.read_text()) == {"x": 1}
+    with pytest.raises(TypeError):
+        bench.write_json(out, {"x": object()})
+    assert json.loads(out.read_text()) == {"x": 1}
+    assert [p.name for p in out.parent.iterdir()] == ["b.json"]
+
+
+@pytest.mark.slow
+def test_script_end_to_end(tmp_path):
+    out = tmp_path / "bench" / "simulator.json"
+    cmd = [sys.executable, str(SCRIPT), "--sizes", "50", "--batches", "1,4", "--out", str(out)]
+    cmd += ["--min-time", "0.05", "--ref-time", "0.2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "jax pl/cpu-s" in proc.stdout
+    data = json.loads(out.read_text())
+    assert {"machine", "settings", "reference", "jax"} <= data.keys()
+    assert data["machine"].keys() >= MACHINE_KEYS
+    (reference,) = data["reference"]
+    assert reference["n_ops"] == 50 and reference["placements_per_cpu_s"] > 0
+    rows = data["jax"]
+    assert sorted((r["batch"], r["dtype"]) for r in rows) == [
+        (1, "float32"),
+        (1, "float64"),
+        (4, "float32"),
+        (4, "float64"),
+    ]
+    for row in rows:
+        assert_valid_row(row)

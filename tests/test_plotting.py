@@ -1,0 +1,88 @@
+"""Gantt chart: lanes hand-derived from the spec's worked example; PNG written atomically."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import placeto_jax as pj
+from placeto_jax.graphs.generators import diamond
+from placeto_jax.plotting import gantt, schedule_lanes
+from placeto_jax.sim.result import SimResult
+
+PLACEMENT = np.array([0, 1, 2, 0])
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _case(broadcast: bool):
+    cluster = pj.Cluster(n_devices=3, broadcast=broadcast)
+    return diamond(), cluster, PLACEMENT, pj.simulate(diamond(), cluster, PLACEMENT)
+
+
+def _lanes(broadcast: bool) -> dict[str, tuple[list, list]]:
+    return {
+        lane.label: (lane.ops.tolist(), lane.bars.tolist())
+        for lane in schedule_lanes(*_case(broadcast))
+    }
+
+
+def test_lanes_with_broadcast():
+    # spec, third row: a 0-100, b 110-160, c 110-140, d 161-171; a's one transfer 100-110,
+    # c's 140-141 on bus 2, b's 160-161 on bus 1
+    assert _lanes(True) == {
+        "device 0": ([0, 3], [[0.0, 100.0], [161.0, 10.0]]),
+        "device 1": ([1], [[110.0, 50.0]]),
+        "device 2": ([2], [[110.0, 30.0]]),
+        "bus 0": ([0], [[100.0, 10.0]]),
+        "bus 1": ([1], [[160.0, 1.0]]),
+        "bus 2": ([2], [[140.0, 1.0]]),
+    }
+
+
+def test_lanes_without_broadcast():
+    # spec, fourth row: bus 0 sends a to device 1 (100-110), then to device 2 (135-145)
+    lanes = _lanes(False)
+    assert lanes["bus 0"] == ([0, 0], [[100.0, 10.0], [135.0, 10.0]])
+    assert lanes["device 0"] == ([0, 3], [[0.0, 100.0], [176.0, 10.0]])
+
+
+def test_gantt_writes_a_png(tmp_path):
+    path = tmp_path / "chart.png"
+    gantt(*_case(True), path)
+    assert path.read_bytes().startswith(PNG)
+    assert os.listdir(tmp_path) == ["chart.png"]
+
+
+def test_gantt_renders_thousands_of_ops(tmp_path):
+    n, d = 3000, 4
+    graph = pj.Graph.from_edges(np.ones(n), np.ones(n), [(i, i + 1) for i in range(n - 1)])
+    placement = np.arange(n) % d
+    start = np.arange(n) * 10.0
+    transfer = np.full((n, d), np.nan)
+    transfer[np.arange(n), (placement + 1) % d] = start + 5.0
+    result = SimResult(
+        np.float64(n * 10.0), start, start + 5.0, np.zeros(d), transfer, transfer + 1
+    )
+    path = tmp_path / "big.png"
+    gantt(graph, pj.Cluster(n_devices=d), placement, result, path)
+    assert path.read_bytes().startswith(PNG)
+
+
+def test_rejects_mismatched_inputs(tmp_path):
+    graph, cluster, placement, result = _case(True)
+    batch = pj.simulate_reference(graph, cluster, np.stack([placement, placement]))
+    with pytest.raises(ValueError, match="one placement"):
+        gantt(graph, cluster, placement, batch, tmp_path / "x.png")
+    with pytest.raises(ValueError, match="4 ops"):
+        gantt(graph, cluster, placement[:3], result, tmp_path / "x.png")
+    with pytest.raises(ValueError, match="2 devices"):
+        gantt(graph, pj.Cluster(n_devices=2), placement, result, tmp_path / "x.png")
+    assert os.listdir(tmp_path) == []
+
+
+def test_failed_write_leaves_no_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        gantt(*_case(True), tmp_path / "missing" / "chart.png")
+    assert os.listdir(tmp_path) == []

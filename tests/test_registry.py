@@ -1,0 +1,99 @@
+"""resolve_graph: built-in graph specs and graph files, with errors that list the forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from placeto_jax.graphs import generators
+from placeto_jax.graphs.io import save_graph
+from placeto_jax.graphs.registry import BUILTIN_GRAPHS, resolve_graph
+
+FORMS = "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], or a graph file path"
+
+
+def _same(a, b) -> bool:
+    return (
+        a.names == b.names
+        and np.array_equal(a.cost, b.cost)
+        and np.array_equal(a.edges, b.edges)
+        and np.array_equal(a.param_bytes, b.param_bytes)
+    )
+
+
+def test_example_diamond():
+    graph = resolve_graph("example:diamond")
+    assert graph.names == ("a", "b", "c", "d")
+    assert graph.cost.tolist() == [100.0, 50.0, 30.0, 10.0]
+
+
+def test_layered_sizes_and_seeds():
+    assert resolve_graph("layered:50").n_ops == 50
+    assert _same(resolve_graph("layered:50"), generators.layered(50, seed=0))
+    assert _same(resolve_graph("layered:50:7"), generators.layered(50, seed=7))
+    assert not _same(resolve_graph("layered:50:7"), resolve_graph("layered:50:8"))
+
+
+def test_cnn_defaults_and_arguments():
+    assert _same(resolve_graph("cnn"), generators.branchy_cnn(10, 0))
+    assert _same(resolve_graph("cnn:2"), generators.branchy_cnn(2, 0))
+    assert _same(resolve_graph("cnn:2:5"), generators.branchy_cnn(2, 5))
+
+
+@pytest.mark.parametrize("name", ["g.json", "g.json.gz"])
+def test_graph_file(tmp_path, name):
+    save_graph(generators.layered(12, seed=3), tmp_path / name)
+    assert _same(resolve_graph(str(tmp_path / name)), generators.layered(12, seed=3))
+
+
+def test_builtin_names_take_precedence_over_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_graph(generators.diamond(), tmp_path / "cnn")
+    assert resolve_graph("cnn").n_ops == generators.branchy_cnn().n_ops
+    assert resolve_graph("./cnn").n_ops == 4
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("layered", "layered takes N and an optional SEED"),
+        ("layered:", "N must be an integer >= 1, got ''"),
+        ("layered:abc", "N must be an integer >= 1, got 'abc'"),
+        ("layered:0", "N must be an integer >= 1, got '0'"),
+        ("layered:-3", "N must be an integer >= 1, got '-3'"),
+        ("layered:5:x", "SEED must be an integer >= 0, got 'x'"),
+        ("layered:5:1:2", "layered takes N and an optional SEED"),
+        ("cnn:", "MODULES must be an integer >= 1, got ''"),
+        ("cnn:0", "MODULES must be an integer >= 1, got '0'"),
+        ("cnn:2:1.5", "SEED must be an integer >= 0, got '1.5'"),
+        ("cnn:1:2:3", "cnn takes an optional MODULES and SEED"),
+        ("example", "the only example is example:diamond"),
+        ("example:square", "the only example is example:diamond"),
+    ],
+)
+def test_malformed_builtin_specs(spec, problem):
+    with pytest.raises(ValueError) as info:
+        resolve_graph(spec)
+    assert str(info.value) == f"bad graph {spec!r}: {problem}; expected {FORMS}"
+
+
+@pytest.mark.parametrize("spec", ["nope.json", "unknown:3", "diamond"])
+def test_unknown_names_and_missing_files(tmp_path, monkeypatch, spec):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as info:
+        resolve_graph(spec)
+    assert str(info.value) == (
+        f"graph {spec!r} is not a built-in graph or an existing file; {FORMS}"
+    )
+
+
+def test_corrupt_file_error_names_the_file(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text("{")
+    with pytest.raises(ValueError, match=r"bad\.json: not valid JSON"):
+        resolve_graph(str(path))
+
+
+def test_help_text_lists_every_form():
+    for form in ("example:diamond", "layered:N[:SEED]", "cnn[:MODULES[:SEED]]", ".json.gz"):
+        assert form in BUILTIN_GRAPHS
