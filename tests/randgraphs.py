@@ -14,10 +14,7 @@ def random_case(seed: int, max_ops: int = 40, max_devices: int = 8):
     order = rng.permutation(n)  # random labelling so index order is not topological
     density = rng.uniform(0.02, 0.3)
     edges = [
-        (int(order[i]), int(order[j]))
-        for j in range(n)
-        for i in range(j)
-        if rng.random() < density
+        (int(order[i]), int(order[j])) for j in range(n) for i in range(j) if rng.random() < density
     ]
     zero_share = rng.choice([0.0, 0.1, 0.5])
     cost = rng.choice([0, 10, 20, 25, 50, 100], size=n).astype(float)

@@ -143,11 +143,6 @@ def test_delta_must_be_finite_and_non_negative(field, bad):
         Cluster(2, **{field: bad})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG cluster.py _per_device/__post_init__: a non-numeric value raises NumPy's or "
-    "float()'s own message (or TypeError for None), without the field's name",
-)
 @pytest.mark.parametrize(("field", "bad"), [("speed", "fast"), ("delta1", "x"), ("delta2", None)])
 def test_non_numeric_field_is_named(field, bad):
     with raises(rf"^{field}\b"):

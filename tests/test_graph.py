@@ -80,17 +80,12 @@ def test_arrays_are_read_only_and_graph_is_frozen():
         g.cost = np.zeros(2)  # type: ignore[misc]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG core.py from_edges: default param_bytes is writable")
 def test_default_param_bytes_read_only():
     g = build(2, [])
     with pytest.raises(ValueError, match="read-only"):
         g.param_bytes[0] = 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG core.py _vector: a float64 input array is kept, not copied, and made read-only",
-)
 def test_caller_arrays_are_copied():
     cost = np.array([1.0, 2.0])
     g = Graph.from_edges(cost, [0.0, 0.0], [])
@@ -249,11 +244,6 @@ def test_non_integer_endpoint(endpoint):
         build(3, [(0, endpoint)])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="BUG core.py _op_ref: float(None) raises TypeError, not ValueError",
-)
 def test_none_endpoint():
     with raises("edge endpoints"):
         build(2, [(0, None)])

@@ -1,10 +1,22 @@
 """placeto_jax: learned device placement with a vectorised, jit-compiled JAX simulator."""
 
+from placeto_jax import graphs
 from placeto_jax.cluster import PRESETS, Cluster
-from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs import Graph, load_graph, resolve_graph, save_graph
 from placeto_jax.sim.api import simulate
 from placeto_jax.sim.reference import simulate_reference
 from placeto_jax.sim.result import SimResult
 
-__all__ = ["PRESETS", "Cluster", "Graph", "SimResult", "simulate", "simulate_reference"]
+__all__ = [
+    "PRESETS",
+    "Cluster",
+    "Graph",
+    "SimResult",
+    "graphs",
+    "load_graph",
+    "resolve_graph",
+    "save_graph",
+    "simulate",
+    "simulate_reference",
+]
 __version__ = "0.1.0"

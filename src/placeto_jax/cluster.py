@@ -2,28 +2,24 @@
 
 Units inside: bytes, microseconds, bytes per microsecond (1 GB/s = 1000 bytes/µs, GB = 1e9 bytes).
 
-Presets (`Cluster.preset(name, n_devices)`). Speeds are relative to one K80 GPU die (4.37 TFLOPS
-FP32 at boost clock), the hardware Placeto's op costs were profiled on, so a graph profiled on a
-K80 runs `speed` times faster. Bandwidth is the per-device outgoing bus of the simulator.
+Presets (`Cluster.preset(name, n_devices)`; numbers and sources in docs/cluster-presets.md):
+speeds are relative to one K80 GPU die (4.37 TFLOPS FP32), the hardware Placeto's op costs were
+profiled on, and bandwidth is the per-device outgoing bus of the simulator.
 
-| preset        | speed | memory | bandwidth | delta1 | delta2 | source of the numbers                                       |
-|---------------|-------|--------|-----------|--------|--------|-------------------------------------------------------------|
-| placeto-k80   | 1.0   | 12 GB  | 7.6 GB/s  | 5.7 µs | 25 µs  | Placeto's simulator defaults (Addanki et al. 2019, code)     |
-| p100          | 2.13  | 16 GB  | 12 GB/s   | 5.0 µs | 15 µs  | P100 PCIe datasheet: 9.3 TFLOPS FP32; PCIe 3.0 x16 ~12 GB/s  |
-| v100          | 3.2   | 16 GB  | 12 GB/s   | 4.0 µs | 10 µs  | V100 PCIe datasheet: 14 TFLOPS FP32; PCIe 3.0 x16            |
-| v100-nvlink   | 3.59  | 16 GB  | 150 GB/s  | 4.0 µs | 10 µs  | V100 SXM2: 15.7 TFLOPS FP32; NVLink 2: 6 links x 25 GB/s out |
-| a100          | 4.46  | 80 GB  | 300 GB/s  | 3.0 µs | 8 µs   | A100 SXM4: 19.5 TFLOPS FP32; NVLink 3: 600 GB/s bidir.       |
-| h100          | 15.33 | 80 GB  | 450 GB/s  | 3.0 µs | 8 µs   | H100 SXM5: 67 TFLOPS FP32; NVLink 4: 900 GB/s bidir.         |
-
-delta1 (busy time after an op: kernel launch and bookkeeping) and delta2 (bus busy after a
-transfer: copy setup latency) for the newer GPUs are modelling choices in the range that published
-microbenchmarks report for launch and peer-copy latency; only placeto-k80's are taken from a paper.
+    preset        speed  memory  bandwidth  delta1  delta2
+    placeto-k80   1.0    12 GB   7.6 GB/s   5.7 µs  25 µs   (Placeto's simulator defaults)
+    p100          2.13   16 GB   12 GB/s    5.0 µs  15 µs
+    v100          3.2    16 GB   12 GB/s    4.0 µs  10 µs
+    v100-nvlink   3.59   16 GB   150 GB/s   4.0 µs  10 µs
+    a100          4.46   80 GB   300 GB/s   3.0 µs   8 µs
+    h100          15.33  80 GB   450 GB/s   3.0 µs   8 µs
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+
 import numpy as np
 
 GB = 1e9  # bytes
@@ -55,14 +51,20 @@ class Cluster:
         for field in ("speed", "memory", "bandwidth"):
             object.__setattr__(self, field, self._per_device(field, getattr(self, field)))
         for field in ("delta1", "delta2"):
-            value = float(getattr(self, field))
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise ValueError(f"{field} must be a finite number >= 0 µs, got {value!r}")
+            value = float(value)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{field} must be a finite number >= 0 µs, got {value}")
             object.__setattr__(self, field, value)
         object.__setattr__(self, "broadcast", bool(self.broadcast))
 
     def _per_device(self, field: str, value) -> tuple[float, ...]:
-        arr = np.asarray(value, dtype=np.float64)
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{field} must be numbers, got {value!r}") from None
         if arr.ndim == 0:
             arr = np.full(self.n_devices, float(arr))
         if arr.shape != (self.n_devices,):
@@ -100,19 +102,38 @@ K80_TFLOPS = 4.37
 PRESETS: dict[str, dict] = {
     "placeto-k80": dict(speed=1.0, memory=12 * GB, bandwidth=7.6 * GBPS, delta1=5.7, delta2=25.0),
     "p100": dict(
-        speed=round(9.3 / K80_TFLOPS, 2), memory=16 * GB, bandwidth=12 * GBPS, delta1=5.0, delta2=15.0
+        speed=round(9.3 / K80_TFLOPS, 2),
+        memory=16 * GB,
+        bandwidth=12 * GBPS,
+        delta1=5.0,
+        delta2=15.0,
     ),
     "v100": dict(
-        speed=round(14.0 / K80_TFLOPS, 2), memory=16 * GB, bandwidth=12 * GBPS, delta1=4.0, delta2=10.0
+        speed=round(14.0 / K80_TFLOPS, 2),
+        memory=16 * GB,
+        bandwidth=12 * GBPS,
+        delta1=4.0,
+        delta2=10.0,
     ),
     "v100-nvlink": dict(
-        speed=round(15.7 / K80_TFLOPS, 2), memory=16 * GB, bandwidth=150 * GBPS, delta1=4.0, delta2=10.0
+        speed=round(15.7 / K80_TFLOPS, 2),
+        memory=16 * GB,
+        bandwidth=150 * GBPS,
+        delta1=4.0,
+        delta2=10.0,
     ),
     "a100": dict(
-        speed=round(19.5 / K80_TFLOPS, 2), memory=80 * GB, bandwidth=300 * GBPS, delta1=3.0, delta2=8.0
+        speed=round(19.5 / K80_TFLOPS, 2),
+        memory=80 * GB,
+        bandwidth=300 * GBPS,
+        delta1=3.0,
+        delta2=8.0,
     ),
     "h100": dict(
-        speed=round(67.0 / K80_TFLOPS, 2), memory=80 * GB, bandwidth=450 * GBPS, delta1=3.0, delta2=8.0
+        speed=round(67.0 / K80_TFLOPS, 2),
+        memory=80 * GB,
+        bandwidth=450 * GBPS,
+        delta1=3.0,
+        delta2=8.0,
     ),
 }
-

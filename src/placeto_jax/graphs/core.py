@@ -26,7 +26,9 @@ class Graph:
     edges: np.ndarray  # [E, 2] int64 (producer, consumer), unique, sorted
     names: tuple[str, ...]  # [N] unique op names
     op_types: tuple[str, ...] | None = None  # [N] e.g. "dot_general", optional
-    colocation: np.ndarray | None = None  # [N] int64 group id (ops sharing one are co-located), -1 none
+    colocation: np.ndarray | None = (
+        None  # [N] int64 group id (ops sharing one are co-located), -1 none
+    )
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -49,7 +51,7 @@ class Graph:
         if n == 0:
             raise ValueError("a graph needs at least one op; cost is empty")
         out_arr = _vector("out_bytes", out_bytes, n)
-        param_arr = np.zeros(n) if param_bytes is None else _vector("param_bytes", param_bytes, n)
+        param_arr = _vector("param_bytes", np.zeros(n) if param_bytes is None else param_bytes, n)
         name_tuple = _names(names, n)
         edge_arr = _edges(edges, n, name_tuple if names is not None else None)
         types = None
@@ -203,7 +205,7 @@ class Graph:
 # ---------------------------------------------------------------------- validation helpers
 def _vector(field: str, values, n: int | None = None) -> np.ndarray:
     try:
-        arr = np.asarray(values, dtype=np.float64)
+        arr = np.array(values, dtype=np.float64)  # a copy: the graph owns its arrays
     except (TypeError, ValueError) as err:
         raise ValueError(f"{field} must be numbers: {err}") from None
     if arr.ndim != 1:
@@ -258,7 +260,9 @@ def _op_ref(x, n: int, lookup: dict[str, int]) -> int:
         if x not in lookup:
             raise ValueError(f"edge refers to unknown op {x!r}")
         return lookup[x]
-    if isinstance(x, (bool, np.bool_)) or not float(x).is_integer():
+    if not isinstance(x, (int, float, np.integer, np.floating)) or isinstance(x, (bool, np.bool_)):
+        raise ValueError(f"edge endpoints must be op indices or names, got {x!r}")
+    if not float(x).is_integer():
         raise ValueError(f"edge endpoints must be op indices or names, got {x!r}")
     i = int(x)
     if not 0 <= i < n:

@@ -20,9 +20,7 @@ def diamond() -> Graph:
     )
 
 
-def layered(
-    n: int, n_layers: int | None = None, seed: int = 0, out_degree: float = 2.0
-) -> Graph:
+def layered(n: int, n_layers: int | None = None, seed: int = 0, out_degree: float = 2.0) -> Graph:
     """A random layered DAG of n ops shaped like a network: ops are split into `n_layers` layers
     (default: layers of about 8 ops); every op after the first layer has a producer in the layer
     before and every op before the last layer has a consumer in the layer after; further edges

@@ -17,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+
 from placeto_jax.graphs.core import Graph
+
 
 @dataclasses.dataclass(frozen=True)
 class PaddedGraph:

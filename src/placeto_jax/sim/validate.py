@@ -16,15 +16,15 @@ def check_placement(placement, n_ops: int, n_devices: int) -> np.ndarray:
             f"placement has shape {arr.shape}; expected [{n_ops}] or [B, {n_ops}] "
             f"(one device per op)"
         )
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.mod(arr, 1) == 0):
-            raise ValueError(f"placement must hold integer device indices, got dtype {arr.dtype}")
+    integral = np.issubdtype(arr.dtype, np.integer) or (
+        np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0)
+    )
+    if arr.size and not integral:
+        raise ValueError(f"placement must hold integer device indices, got dtype {arr.dtype}")
     arr = arr.astype(np.int64)
     bad = np.argwhere((arr < 0) | (arr >= n_devices))
     if bad.size:
         where = tuple(int(i) for i in bad[0])
         op = where[-1]
-        raise ValueError(
-            f"placement puts op {op} on device {arr[where]}, outside [0, {n_devices})"
-        )
+        raise ValueError(f"placement puts op {op} on device {arr[where]}, outside [0, {n_devices})")
     return arr
