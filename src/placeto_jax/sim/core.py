@@ -128,7 +128,7 @@ def _lexmin_slot(keys: list[jax.Array], valid: jax.Array) -> jax.Array:
     for key in keys:
         big = jnp.inf if jnp.issubdtype(key.dtype, jnp.floating) else _BIG_INT
         mask = mask & (key == jnp.min(jnp.where(mask, key, big)))
-    return jnp.argmax(mask)
+    return jnp.min(jnp.where(mask, jnp.arange(mask.shape[0]), mask.shape[0]))
 
 
 def _pick_device(values: jax.Array, dev: jax.Array, fill) -> jax.Array:
@@ -153,6 +153,13 @@ def simulate_padded(
     remote = child_ok & (child_dev != placement[:, None])  # [Np, K]
     needs = jnp.any(remote[:, :, None] & (child_dev[:, :, None] == devices), axis=1)  # [Np, D]
     n_slots = graph.chain_heads.shape[0]
+    n_kids = graph.children.shape[1]
+    # Everything a step reads about the op it starts, in one int row and one float row.
+    int_rows = jnp.concatenate(
+        [graph.children, child_dev, child_slot, needs.astype(jnp.int32), graph.chain_next[:, None]],
+        axis=1,
+    )  # [Np, 3K + D + 1]
+    float_rows = jnp.stack([duration, xfer_time], axis=1)  # [Np, 2] µs
 
     def step(_, s: _State) -> _State:
         # 1. Choose: the known head whose start (device free vs ready) is earliest, then by
@@ -162,14 +169,20 @@ def simulate_padded(
         i = _lexmin_slot([start_t, start_r, s.slot_rt, s.slot_op], known)
         v, d, st, sr = s.slot_op[i], s.slot_dev[i], start_t[i], start_r[i]
 
+        ints, floats = int_rows[v], float_rows[v]
+        kids, kid_dev = ints[:n_kids], ints[n_kids : 2 * n_kids]  # [K]
+        kid_slot = ints[2 * n_kids : 3 * n_kids]  # [K]
+        need = ints[3 * n_kids : 3 * n_kids + n_dev] > 0  # [D]
+        nxt = ints[-1]
+        dur, xfer_v = floats[0], floats[1]
+
         # 2. Run it; queue its transfers (FIFO on its device's bus).
-        et, er = _after(st, sr, duration[v])
-        free_t, free_r = _until(et, er, jnp.where(duration[v] > 0, et + cluster.delta1, et))
-        need = needs[v]  # [D]
+        et, er = _after(st, sr, dur)
+        free_t, free_r = _until(et, er, jnp.where(dur > 0, et + cluster.delta1, et))
         bus_t, bus_r = s.bus_t[d], s.bus_r[d]
         if broadcast:
             x_t, x_r = _later(bus_t, bus_r, et, er)
-            a_t, a_r = _after(x_t, x_r, xfer_time[v])
+            a_t, a_r = _after(x_t, x_r, xfer_v)
             b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
             sends = jnp.any(need)
             bus_t, bus_r = jnp.where(sends, b_t, bus_t), jnp.where(sends, b_r, bus_r)
@@ -180,7 +193,7 @@ def simulate_padded(
             arr_t, arr_r, xfer_row = [], [], []
             for dest in range(n_dev):
                 x_t, x_r = _later(bus_t, bus_r, et, er)
-                a_t, a_r = _after(x_t, x_r, xfer_time[v])
+                a_t, a_r = _after(x_t, x_r, xfer_v)
                 b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
                 bus_t = jnp.where(need[dest], b_t, bus_t)
                 bus_r = jnp.where(need[dest], b_r, bus_r)
@@ -190,7 +203,6 @@ def simulate_padded(
             arr_t, arr_r, xfer_row = jnp.stack(arr_t), jnp.stack(arr_r), jnp.stack(xfer_row)
 
         # 3. Its consumers: input arrival stamps, one parent fewer to wait for.
-        kids, kid_dev, kid_slot = graph.children[v], child_dev[v], child_slot[v]  # [K]
         local = kid_dev == d
         in_t = jnp.where(local, et, _pick_device(arr_t, kid_dev, -jnp.inf))
         in_r = jnp.where(local, er, _pick_device(arr_r, kid_dev, 0))
@@ -200,14 +212,13 @@ def simulate_padded(
         new_rp = jnp.stack([new_r, old_rp[:, 1] - 1], axis=1)
         ready_t = s.ready_t.at[kids].set(new_t, mode="drop")
         ready_rp = s.ready_rp.at[kids].set(new_rp, mode="drop")
-        is_head = child_ok[v] & (s.slot_op[kid_slot] == kids)
+        is_head = (kids < n_pad) & (s.slot_op[kid_slot] == kids)
         head_slot = jnp.where(is_head, kid_slot, n_slots)
         slot_rt = s.slot_rt.at[head_slot].set(new_t, mode="drop")
         slot_rp = s.slot_rp.at[head_slot].set(new_rp, mode="drop")
 
         # 4. Device state; the chain's next op becomes the slot's head.
         dev_t, dev_r = s.dev_t.at[d].set(free_t), s.dev_r.at[d].set(free_r)
-        nxt = graph.chain_next[v]
         u = jnp.maximum(nxt, 0)
         u_dev = placement[u]
         this = jnp.arange(n_slots) == i
