@@ -1,23 +1,28 @@
 """Simulator throughput: the jit-compiled JAX simulator on batches vs the Python reference.
 
-    python experiments/bench_simulator.py [--sizes 250,500,2000] [--batches 1,64,1024]
-        [--devices 4] [--out results/bench/simulator.json] [--quick]
+    python experiments/bench_simulator.py [--sizes 250,500,2000] [--batches 1,64,256,1024]
+        [--variants f32:1,f64:1,f32:all] [--devices 4] [--out results/bench/simulator.json]
+        [--quick]
 
 Graphs are `layered(n, seed=0)` (random layered DAGs, average out-degree about 2), the cluster is
 `Cluster(devices)`, placements are uniform random from a seeded NumPy Generator.
 
-Each JAX configuration (N, B, float32 or float64) runs in a fresh subprocess (`--one N B --x64
-0|1`) so that compile caches and peak memory do not leak between rows. It reports, as one JSON
-line: the first call's time, the steady-state median wall and process-CPU seconds per call (the
-call repeated until `--min-time` seconds have accumulated, at least twice), compile time (first
-call minus steady state: tracing, XLA compilation and the host-side padding of the graph), peak
-RSS, and a check of its makespans against the reference (float64: exactly equal; float32: within
-a relative 1e-5). CPU time (`time.process_time`, all threads) is the fair cost measure: it does
-not reward using more cores. The reference runs once per N, in this process, on as many
+Each JAX configuration (N, B, dtype, cores) runs in a fresh subprocess (`--one N B --x64 0|1
+--cores 1|all`) so that compile caches and peak memory do not leak between rows. A variant `f32:1`
+is float32 pinned to one core (`os.sched_setaffinity` before JAX starts), so its CPU time equals
+its wall time and it compares like for like with the single-threaded reference; `f32:all` lets XLA
+use every core, which on small kernels spends CPU time on synchronisation. Each reports, as one
+JSON line: the first call's time, the steady-state median wall and process-CPU seconds per call
+(the call repeated until `--min-time` seconds have accumulated, at least twice), compile time
+(first call minus steady state: tracing, XLA compilation and the host-side padding of the graph),
+peak RSS, and a check of its makespans against the reference (float64: exactly equal; float32:
+within a relative 1e-5). CPU time (`time.process_time`, all threads) is the fair cost measure: it
+does not reward using more cores. The reference runs once per N, in this process, on as many
 placements as take about `--ref-time` seconds (at most the largest batch); its cost per placement
-does not depend on B.
+does not depend on B. The reference is pinned to one core too.
 
-Prints a table and writes every raw number, with a description of the machine, to `--out`.
+Prints a table, the issue's floors (>= 8x at N = 500, B = 1024; >= 10x at N = 2000, B = 256, per
+CPU-second) and writes every raw number, with a description of the machine, to `--out`.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ SEED = 0
 N_CHECK = 3  # placements per configuration compared against the reference
 FLOAT32_RTOL = 1e-5
 DTYPES = {0: "float32", 1: "float64"}
+FLOORS = {(500, 1024): 8.0, (2000, 256): 10.0}  # (N, B) -> required ratio per CPU-second
 
 
 # ---------------------------------------------------------------------- command line
@@ -53,10 +59,35 @@ def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def variant_list(text: str) -> list[tuple[int, str]]:
+    """'f32:1,f64:all' -> [(0, '1'), (1, 'all')] as (x64, cores)."""
+    out = []
+    for item in text.split(","):
+        dtype, _, cores = item.partition(":")
+        if dtype not in ("f32", "f64") or cores not in ("1", "all"):
+            raise argparse.ArgumentTypeError(f"bad variant {item!r}; use f32|f64 ':' 1|all")
+        out.append((int(dtype == "f64"), cores))
+    return out
+
+
+def pin_to_one_core() -> None:
+    """Restrict this process (and XLA's thread pool, sized from it) to one CPU."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int_list, default=[250, 500, 2000], help="ops per graph")
-    p.add_argument("--batches", type=int_list, default=[1, 64, 1024], help="placements per call")
+    p.add_argument(
+        "--batches", type=int_list, default=[1, 64, 256, 1024], help="placements per call"
+    )
+    p.add_argument(
+        "--variants",
+        type=variant_list,
+        default=variant_list("f32:1,f64:1,f32:all"),
+        help="dtype:cores pairs, dtype f32|f64, cores 1|all",
+    )
     p.add_argument("--devices", type=int, default=4)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--quick", action="store_true", help="sizes 250,500 and batches 1,64")
@@ -64,6 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ref-time", type=float, default=3.0, help="s to spend on the reference")
     p.add_argument("--one", type=int, nargs=2, metavar=("N", "B"), help=argparse.SUPPRESS)
     p.add_argument("--x64", type=int, choices=[0, 1], default=0, help=argparse.SUPPRESS)
+    p.add_argument("--cores", choices=["1", "all"], default="all", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.sizes, args.batches = [250, 500], [1, 64]
@@ -115,8 +147,12 @@ def graph_digest(graph) -> str:
 
 
 # ---------------------------------------------------------------------- one JAX configuration
-def run_one(n_ops: int, batch: int, n_devices: int, x64: int, min_time: float) -> dict[str, Any]:
+def run_one(
+    n_ops: int, batch: int, n_devices: int, x64: int, min_time: float, cores: str = "all"
+) -> dict[str, Any]:
     """Time `pj.simulate` on one batch in this (fresh) process; see the module docstring."""
+    if cores == "1":
+        pin_to_one_core()
     import jax
 
     jax.config.update("jax_enable_x64", bool(x64))
@@ -132,6 +168,7 @@ def run_one(n_ops: int, batch: int, n_devices: int, x64: int, min_time: float) -
         "graph_digest": graph_digest(graph),
         "batch": batch,
         "dtype": DTYPES[x64],
+        "cores": cores,
         "backend": jax.default_backend(),
         "first_call_wall_s": first_wall,
         "first_call_cpu_s": first_cpu,
@@ -156,15 +193,19 @@ def agreement(graph, cluster, placements, makespan, x64: int) -> dict[str, Any]:
     return {"placements": k, "max_rel_err": rel, "exact": bool(x64), "ok": ok}
 
 
-def run_one_in_subprocess(args: argparse.Namespace, n_ops: int, batch: int, x64: int) -> dict:
+def run_one_in_subprocess(
+    args: argparse.Namespace, n_ops: int, batch: int, x64: int, cores: str
+) -> dict:
     """Run `--one` in a fresh interpreter; on failure, return the error instead of numbers."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--one", str(n_ops), str(batch)]
     cmd += ["--x64", str(x64), "--devices", str(args.devices), "--min-time", str(args.min_time)]
+    cmd += ["--cores", cores]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         error = (proc.stderr or proc.stdout).strip()[-2000:]
-        return {"n_ops": n_ops, "batch": batch, "dtype": DTYPES[x64], "error": error}
+        row = {"n_ops": n_ops, "batch": batch, "dtype": DTYPES[x64], "cores": cores}
+        return {**row, "error": error}
     return json.loads(lines[-1])
 
 
@@ -177,7 +218,13 @@ def run_reference(n_ops: int, n_devices: int, max_batch: int, target_s: float) -
     placements = random_placements(n_ops, max_batch, n_devices)
     _, probe_wall, _ = timed(lambda: pj.simulate_reference(graph, cluster, placements[0]))
     k = max(1, min(max_batch, math.ceil(target_s / max(probe_wall, 1e-9))))
-    _, wall, cpu = timed(lambda: pj.simulate_reference(graph, cluster, placements[:k]))
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    pin_to_one_core()  # single-threaded anyway; pinned like the `:1` JAX variants
+    try:
+        _, wall, cpu = timed(lambda: pj.simulate_reference(graph, cluster, placements[:k]))
+    finally:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
     return {
         "n_ops": n_ops,
         "n_edges": graph.n_edges,
@@ -233,12 +280,12 @@ def git(*argv: str) -> str | None:
 
 def table(jax_rows: list[dict], reference: dict[int, dict]) -> str:
     """The printed summary, one line per JAX configuration."""
-    head = ["N", "B", "dtype", "jax pl/cpu-s", "ref pl/cpu-s", "ratio", "jax pl/wall-s"]
+    head = ["N", "B", "dtype", "cores", "jax pl/cpu-s", "ref pl/cpu-s", "ratio", "jax pl/wall-s"]
     head += ["compile s", "peak RSS GB", "check"]
     lines = [" ".join(f"{h:>13}" for h in head)]
     for row in jax_rows:
         ref = reference[row["n_ops"]]["placements_per_cpu_s"]
-        cells = [row["n_ops"], row["batch"], row["dtype"]]
+        cells = [row["n_ops"], row["batch"], row["dtype"], row["cores"]]
         if "error" in row:
             cells += ["failed"] + [""] * 6
         else:
@@ -255,7 +302,7 @@ def checks_summary(jax_rows: list[dict], reference: dict[int, dict]) -> str:
     """One line per configuration: its agreement with the reference, or its error."""
     lines = []
     for row in jax_rows:
-        label = f"N={row['n_ops']} B={row['batch']} {row['dtype']}"
+        label = f"N={row['n_ops']} B={row['batch']} {row['dtype']} cores={row['cores']}"
         if "error" in row:
             lines.append(f"{label}: FAILED\n{row['error']}")
             continue
@@ -268,6 +315,22 @@ def checks_summary(jax_rows: list[dict], reference: dict[int, dict]) -> str:
             f"{label}: {c['placements']} makespans vs reference, "
             f"max rel err {c['max_rel_err']:.2e} ({rule}): {verdict}"
         )
+    return "\n".join(lines)
+
+
+def floors_summary(jax_rows: list[dict], reference: dict[int, dict]) -> str:
+    """The issue's floors: ratio per CPU-second at (N, B), for every variant measured there."""
+    lines = []
+    for (n, b), need in FLOORS.items():
+        for row in jax_rows:
+            if (row["n_ops"], row["batch"]) != (n, b) or "error" in row:
+                continue
+            ratio = row["placements_per_cpu_s"] / reference[n]["placements_per_cpu_s"]
+            verdict = "meets" if ratio >= need else "BELOW"
+            lines.append(
+                f"floor N={n} B={b} {row['dtype']} cores={row['cores']}: {ratio:.1f}x "
+                f"(>= {need:g}x required): {verdict}"
+            )
     return "\n".join(lines)
 
 
@@ -288,7 +351,7 @@ def write_json(path: Path, data: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(*args.one, args.devices, args.x64, args.min_time)))
+        print(json.dumps(run_one(*args.one, args.devices, args.x64, args.min_time, args.cores)))
         return 0
     reference = {}
     jax_rows = []
@@ -296,14 +359,15 @@ def main(argv: list[str] | None = None) -> int:
         reference[n] = run_reference(n, args.devices, max(args.batches), args.ref_time)
         print(f"reference N={n}: {reference[n]['placements_per_cpu_s']:.1f} placements/cpu-s")
         for b in args.batches:
-            for x64 in DTYPES:
-                jax_rows.append(run_one_in_subprocess(args, n, b, x64))
-                print(f"jax N={n} B={b} {DTYPES[x64]}: done", flush=True)
+            for x64, cores in args.variants:
+                jax_rows.append(run_one_in_subprocess(args, n, b, x64, cores))
+                print(f"jax N={n} B={b} {DTYPES[x64]} cores={cores}: done", flush=True)
     data = {
         "machine": machine(),
         "settings": {
             "sizes": args.sizes,
             "batches": args.batches,
+            "variants": [f"{DTYPES[x]}:{c}" for x, c in args.variants],
             "devices": args.devices,
             "seed": SEED,
             "min_time_s": args.min_time,
@@ -316,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, data)
     print(table(jax_rows, reference))
     print(checks_summary(jax_rows, reference))
+    print(floors_summary(jax_rows, reference))
     print(f"wrote {args.out}")
     failed = [r for r in jax_rows if "error" in r or not r["check"]["ok"]]
     return 1 if failed else 0
