@@ -54,7 +54,8 @@ def test_run_one_in_process():
     assert row["check"]["placements"] == 2
     reference = {20: {"placements_per_cpu_s": 10.0, "graph_digest": row["graph_digest"]}}
     lines = bench.table(
-        [row, {"n_ops": 20, "batch": 4, "dtype": "float32", "error": "boom"}], reference
+        [row, {"n_ops": 20, "batch": 4, "dtype": "float32", "cores": "1", "error": "boom"}],
+        reference,
     )
     assert len(lines.splitlines()) == 3 and "failed" in lines.splitlines()[2]
     summary = bench.checks_summary([row], reference)
@@ -76,7 +77,7 @@ def test_write_json_is_atomic(tmp_path):
 def test_script_end_to_end(tmp_path):
     out = tmp_path / "bench" / "simulator.json"
     cmd = [sys.executable, str(SCRIPT), "--sizes", "50", "--batches", "1,4", "--out", str(out)]
-    cmd += ["--min-time", "0.05", "--ref-time", "0.2"]
+    cmd += ["--min-time", "0.05", "--ref-time", "0.2", "--variants", "f32:1,f64:1,f32:all"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "jax pl/cpu-s" in proc.stdout
@@ -86,11 +87,41 @@ def test_script_end_to_end(tmp_path):
     (reference,) = data["reference"]
     assert reference["n_ops"] == 50 and reference["placements_per_cpu_s"] > 0
     rows = data["jax"]
-    assert sorted((r["batch"], r["dtype"]) for r in rows) == [
-        (1, "float32"),
-        (1, "float64"),
-        (4, "float32"),
-        (4, "float64"),
+    assert sorted((r["batch"], r["dtype"], r["cores"]) for r in rows) == [
+        (1, "float32", "1"),
+        (1, "float32", "all"),
+        (1, "float64", "1"),
+        (4, "float32", "1"),
+        (4, "float32", "all"),
+        (4, "float64", "1"),
     ]
+    assert "floor" not in proc.stdout  # no floor configuration at N = 50
     for row in rows:
         assert_valid_row(row)
+
+
+def test_floors_summary_reports_each_variant():
+    bench = load_bench()
+    reference = {500: {"placements_per_cpu_s": 100.0}, 2000: {"placements_per_cpu_s": 20.0}}
+    rows = [
+        {
+            "n_ops": 500,
+            "batch": 1024,
+            "dtype": "float32",
+            "cores": "1",
+            "placements_per_cpu_s": 900,
+        },
+        {
+            "n_ops": 2000,
+            "batch": 256,
+            "dtype": "float32",
+            "cores": "all",
+            "placements_per_cpu_s": 150,
+        },
+        {"n_ops": 2000, "batch": 64, "dtype": "float32", "cores": "1", "placements_per_cpu_s": 999},
+    ]
+    lines = bench.floors_summary(rows, reference).splitlines()
+    assert lines == [
+        "floor N=500 B=1024 float32 cores=1: 9.0x (>= 8x required): meets",
+        "floor N=2000 B=256 float32 cores=all: 7.5x (>= 10x required): BELOW",
+    ]
