@@ -37,7 +37,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -335,16 +334,13 @@ def floors_summary(jax_rows: list[dict], reference: dict[int, dict]) -> str:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write atomically: a temp file in the same directory, then rename."""
+    """Write atomically (temp file, then rename), creating the directory."""
+    from placeto_jax.files import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    text = json.dumps(data, indent=1)  # fails before anything is written
+    with atomic_write(path) as f:
+        f.write(text.encode())
 
 
 # ---------------------------------------------------------------------- main
