@@ -229,3 +229,29 @@ def test_chain_cover_partitions_ops_into_chains():
     assert len(chain_cover(diamond())) == 2
     line = pj.Graph.from_edges([1.0] * 5, [0.0] * 5, [(i, i + 1) for i in range(4)])
     assert len(chain_cover(line)) == 1
+
+
+@pytest.mark.parametrize(
+    ("graph", "cluster", "placements"),
+    [
+        (pj.Graph.from_edges([5.0], [100.0], []), pj.Cluster(1), [[0]]),
+        (pj.Graph.from_edges([1.0, 2.0, 0.0], [0.0, 10.0, 5.0], []), pj.Cluster(3), [[0, 0, 0]]),
+        # absorbed time: 1e9 + 1e-9 == 1e9, so the second op ends in a later round, not later
+        (
+            pj.Graph.from_edges([1e9, 1e-9, 3.0], [1e12, 1.0, 0.0], [(0, 1), (1, 2)]),
+            pj.Cluster(2),
+            [[0, 1, 0], [1, 1, 0]],
+        ),
+        (layered(300, seed=1), pj.Cluster(16, broadcast=False), None),
+    ],
+    ids=["one-op", "no-edges", "absorbed-time", "16-devices-no-broadcast"],
+)
+def test_edge_cases_match_reference(graph, cluster, placements):
+    if placements is None:
+        placements = np.random.default_rng(0).integers(0, cluster.n_devices, (4, graph.n_ops))
+    placements = np.asarray(placements)
+    got = pj.simulate(graph, cluster, placements)
+    for b, placement in enumerate(placements):
+        want = pj.simulate_reference(graph, cluster, placement)
+        for field in FIELDS:
+            np.testing.assert_array_equal(getattr(got, field)[b], getattr(want, field))
