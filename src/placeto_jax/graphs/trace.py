@@ -1,0 +1,232 @@
+"""Trace a JAX function into a placement `Graph`, costed by the analytic roofline model.
+
+`from_jax` reads `jax.make_jaxpr(fn)(*example_args)` (nothing is executed; example arguments may
+be `jax.ShapeDtypeStruct`s) and makes one op per primitive equation:
+- Calls are inlined recursively: `jit` (`pjit` in older JAX), `closed_call`, `call`,
+  `custom_jvp_call`, `custom_vjp_call` (`custom_vjp_call_jaxpr` in older JAX) and remat
+  (`jax.checkpoint`, primitive `remat2`). Their equations become ops of the graph, wired to the
+  outer producers.
+- `scan` is one op whose cost is the body's total cost times the trip count (`length`), or, with
+  `unroll_loops=True`, one copy of the body's ops per iteration: iteration i reads the carry from
+  iteration i - 1, every iteration reads the stacked `xs` from their producer (no slicing op),
+  and a consumer of the stacked `ys` depends on every iteration. Reverse scans unroll the same
+  way (the graph does not depend on the direction).
+- `while` is always one op costing its condition plus its body once: the trip count is not known
+  from the jaxpr, so it counts as 1.
+- `cond` is always one op costing its most expensive branch; the branch index is an input.
+- Other primitives with bodies (`shard_map`, `custom_linear_solve`, ...) are one op priced by
+  the cost model's fallback (bytes only, with a warning).
+Costs are µs on `device` (`placeto_jax.graphs.costs`). A loop op's cost includes every launch
+overhead of its body. Names come from each equation's name stack (Flax module paths, `jax.jit`
+function names, `jax.named_scope`s; AD renders as `jvp(...)`/`transpose(...)`) joined with `/`
+and ending with the primitive name; a repeated name gets `_1`, `_2`, ... appended.
+
+Edges are data dependencies between equations. The function's inputs are not ops; literals and
+constants are not edges, so equations reading nothing else (iota, broadcast constants) are roots.
+The leaves of the arguments named by `param_argnums` (parameters, optimizer state) are resident
+parameters: each leaf's bytes are split evenly among the distinct ops that read it (a leaf no op
+reads is dropped), so `param_bytes` sums to the parameters that the step touches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.extend import core as jex_core
+
+from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.costs import DeviceSpec, device_spec, nbytes, op_cost_us
+
+# Call primitives whose body is inlined, and the parameter holding the body.
+CALLS: dict[str, str] = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "call": "call_jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+    "remat2": "jaxpr",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Deps:
+    """What a value depends on: the ops that produced it and the parameter leaves it is."""
+
+    nodes: frozenset[int] = frozenset()  # op indices
+    params: frozenset[int] = frozenset()  # positions among the jaxpr's inputs
+
+    def __or__(self, other: _Deps) -> _Deps:
+        return _Deps(self.nodes | other.nodes, self.params | other.params)
+
+
+_NONE = _Deps()
+
+
+def from_jax(
+    fn: Callable,
+    *example_args: Any,
+    cost_model: str = "roofline",
+    device: str | DeviceSpec = "placeto-k80",
+    unroll_loops: bool = False,
+    param_argnums: int | Sequence[int] = (),
+    name: str | None = None,
+) -> Graph:
+    """The placement graph of `fn` applied to `example_args` (see the module docstring).
+
+    `device` is a cluster preset name (or a `DeviceSpec`) whose roofline prices the ops: costs
+    are µs on that device. Simulate on the same preset with `speed=1.0`, or trace on the default
+    `placeto-k80` and let a preset's `speed` scale the costs (the simulator divides by it).
+    `name` prefixes every op name. Raises ValueError for an unknown cost model or device, a bad
+    `param_argnums`, or a function without any operation."""
+    if cost_model != "roofline":
+        raise ValueError(f"unknown cost model {cost_model!r}; the only one is 'roofline'")
+    spec = device_spec(device)
+    closed = jax.make_jaxpr(fn)(*example_args)
+    is_param = _param_leaves(example_args, param_argnums)
+    builder = _Builder(spec, unroll_loops)
+    inputs = [_Deps(params=frozenset({i})) if p else _NONE for i, p in enumerate(is_param)]
+    builder.walk(closed.jaxpr, inputs, name or "")
+    if not builder.cost:
+        raise ValueError("the traced function has no operations to place")
+    sizes = [nbytes(v.aval) for v in closed.jaxpr.invars]
+    return Graph.from_edges(
+        builder.cost,
+        builder.out_bytes,
+        builder.edges,
+        param_bytes=_split_params(len(builder.cost), builder.param_users, sizes),
+        names=builder.names,
+        op_types=builder.op_types,
+    )
+
+
+def _param_leaves(args: Sequence[Any], argnums: int | Sequence[int]) -> list[bool]:
+    """[flat inputs] whether each leaf of the flattened arguments belongs to a param argument."""
+    nums = {argnums} if isinstance(argnums, int) else set(argnums)
+    bad = sorted(i for i in nums if not 0 <= i < len(args))
+    if bad:
+        raise ValueError(f"param_argnums {bad} out of range for {len(args)} example arguments")
+    return [i in nums for i, arg in enumerate(args) for _ in jax.tree.leaves(arg)]
+
+
+def _split_params(n: int, users: dict[int, set[int]], sizes: Sequence[float]) -> list[float]:
+    """[n] bytes: each parameter leaf's bytes split evenly among the ops that read it."""
+    param_bytes = [0.0] * n
+    for leaf, ops in users.items():
+        for v in ops:
+            param_bytes[v] += sizes[leaf] / len(ops)
+    return param_bytes
+
+
+def _open(jaxpr: Any) -> jex_core.Jaxpr:
+    """The open jaxpr of a ClosedJaxpr or a Jaxpr (constants are not edges)."""
+    return getattr(jaxpr, "jaxpr", jaxpr)
+
+
+def _scope(*parts: str) -> str:
+    return "/".join(p for p in parts if p)
+
+
+def jaxpr_cost(jaxpr: Any, spec: DeviceSpec) -> float:
+    """Total µs of a (closed) jaxpr's equations."""
+    return sum(eqn_cost(eqn, spec) for eqn in _open(jaxpr).eqns)
+
+
+def eqn_cost(eqn: jex_core.JaxprEqn, spec: DeviceSpec) -> float:
+    """µs of one equation: calls sum their body, scans multiply it by the trip count, while
+    loops count one trip, conds take their most expensive branch."""
+    prim, params = eqn.primitive.name, eqn.params
+    if prim in CALLS:
+        return jaxpr_cost(params[CALLS[prim]], spec)
+    if prim == "scan":
+        return params["length"] * jaxpr_cost(params["jaxpr"], spec)
+    if prim == "while":
+        return jaxpr_cost(params["cond_jaxpr"], spec) + jaxpr_cost(params["body_jaxpr"], spec)
+    if prim == "cond":
+        return max(jaxpr_cost(branch, spec) for branch in params["branches"])
+    ins = [v.aval for v in eqn.invars]
+    outs = [v.aval for v in eqn.outvars]
+    return op_cost_us(prim, params, ins, outs, spec)
+
+
+class _Builder:
+    """Accumulates ops while walking nested jaxprs (used only inside `from_jax`)."""
+
+    def __init__(self, spec: DeviceSpec, unroll_loops: bool) -> None:
+        self.spec = spec
+        self.unroll_loops = unroll_loops
+        self.cost: list[float] = []  # [N] µs
+        self.out_bytes: list[float] = []  # [N] bytes
+        self.names: list[str] = []  # [N]
+        self.op_types: list[str] = []  # [N]
+        self.edges: list[tuple[int, int]] = []  # [E] (producer, consumer)
+        self.param_users: dict[int, set[int]] = {}  # input position -> ops reading it
+        self._taken: set[str] = set()
+        self._next_suffix: dict[str, int] = {}  # base name -> next counter to try
+
+    def walk(self, jaxpr: jex_core.Jaxpr, inputs: Sequence[_Deps], prefix: str) -> list[_Deps]:
+        """Add the ops of `jaxpr` given its inputs' dependencies; return its outputs'."""
+        env: dict[jex_core.Var, _Deps] = {v: _NONE for v in jaxpr.constvars}
+        env.update(zip(jaxpr.invars, inputs, strict=True))
+
+        def read(atom: Any) -> _Deps:
+            return _NONE if isinstance(atom, jex_core.Literal) else env[atom]
+
+        for eqn in jaxpr.eqns:
+            outs = self.equation(eqn, [read(v) for v in eqn.invars], prefix)
+            env.update(zip(eqn.outvars, outs, strict=True))
+        return [read(v) for v in jaxpr.outvars]
+
+    def equation(self, eqn: jex_core.JaxprEqn, inputs: list[_Deps], prefix: str) -> list[_Deps]:
+        prim, params = eqn.primitive.name, eqn.params
+        scope = _scope(prefix, str(eqn.source_info.name_stack))
+        if prim in CALLS:
+            inner = _scope(scope, params.get("name", "") if prim in ("jit", "pjit") else "")
+            return self.walk(_open(params[CALLS[prim]]), inputs, inner)
+        if prim == "scan" and self.unroll_loops:
+            return self.unroll_scan(eqn, inputs, scope)
+        v = self.add_op(eqn, scope, functools.reduce(operator.or_, inputs, _NONE))
+        return [_Deps(nodes=frozenset({v}))] * len(eqn.outvars)
+
+    def unroll_scan(self, eqn: jex_core.JaxprEqn, inputs: list[_Deps], scope: str) -> list[_Deps]:
+        """One copy of the body per iteration (see the module docstring)."""
+        params = eqn.params
+        n_consts, n_carry = params["num_consts"], params["num_carry"]
+        consts, carry = inputs[:n_consts], inputs[n_consts : n_consts + n_carry]
+        xs = inputs[n_consts + n_carry :]
+        ys = [_NONE] * (len(eqn.outvars) - n_carry)
+        body = _open(params["jaxpr"])
+        for i in range(params["length"]):
+            outs = self.walk(body, [*consts, *carry, *xs], _scope(scope, f"iter{i}"))
+            carry = outs[:n_carry]
+            ys = [acc | y for acc, y in zip(ys, outs[n_carry:], strict=True)]
+        return [*carry, *ys]
+
+    def add_op(self, eqn: jex_core.JaxprEqn, scope: str, deps: _Deps) -> int:
+        """Add `eqn` as one op reading `deps`; return its index."""
+        v = len(self.cost)
+        self.cost.append(eqn_cost(eqn, self.spec))
+        self.out_bytes.append(sum(nbytes(o.aval) for o in eqn.outvars))
+        self.names.append(self._unique(_scope(scope, eqn.primitive.name)))
+        self.op_types.append(eqn.primitive.name)
+        self.edges.extend((u, v) for u in sorted(deps.nodes))
+        for leaf in deps.params:
+            self.param_users.setdefault(leaf, set()).add(v)
+        return v
+
+    def _unique(self, base: str) -> str:
+        """`base`, or `base_k` with the next free counter k >= 1."""
+        k = self._next_suffix.get(base, 0)
+        name = base if k == 0 else f"{base}_{k}"
+        while name in self._taken:
+            k += 1
+            name = f"{base}_{k}"
+        self._taken.add(name)
+        self._next_suffix[base] = k + 1
+        return name
