@@ -1,7 +1,19 @@
-"""Graph model, built-in generators, file format and name resolution (host-side NumPy)."""
+"""Graph model, built-in generators, file formats and name resolution (host-side NumPy)."""
 
+from placeto_jax.graphs.benchmark import BenchmarkGraph, load_benchmark, load_expert_split
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.io import load_graph, save_graph
-from placeto_jax.graphs.registry import resolve_graph
+from placeto_jax.graphs.registry import load, resolve_graph
+from placeto_jax.graphs.trace import from_jax
 
-__all__ = ["Graph", "load_graph", "resolve_graph", "save_graph"]
+__all__ = [
+    "BenchmarkGraph",
+    "Graph",
+    "from_jax",
+    "load",
+    "load_benchmark",
+    "load_expert_split",
+    "load_graph",
+    "resolve_graph",
+    "save_graph",
+]

@@ -72,7 +72,7 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
 
 def load_graph(path: str | os.PathLike) -> Graph:
     """Read a graph file. Raises ValueError naming the file and the problem."""
-    doc = _read_json(Path(path))
+    doc = read_json(path)
     try:
         return graph_from_dict(doc)
     except ValueError as err:
@@ -137,9 +137,10 @@ def _dumps(doc: dict) -> str:
     )
 
 
-def _read_json(path: Path) -> object:
+def read_json(path: str | os.PathLike) -> object:
+    """Parse a JSON file (gzip-compressed when the name ends in `.gz`); ValueError names it."""
     try:
-        raw = path.read_bytes()
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
     except OSError as err:

@@ -1,23 +1,47 @@
-"""Graphs by name: a graph file path or a built-in graph spec (see `BUILTIN_GRAPHS`)."""
+"""Graphs by name: a graph file path or a built-in graph spec (see `BUILTIN_GRAPHS`).
+
+Graph files are the project's own format (`placeto_jax.graphs.io`, told apart by its `format`
+field) or benchmark graphs (`placeto_jax.graphs.benchmark`, by a `nodes` or `maxFPGAs` field)."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 from placeto_jax.graphs import generators
+from placeto_jax.graphs.benchmark import benchmark_from_dict
 from placeto_jax.graphs.core import Graph
-from placeto_jax.graphs.io import load_graph
+from placeto_jax.graphs.io import graph_from_dict, read_json
 
 BUILTIN_GRAPHS = """\
 built-in graphs:
   example:diamond        the 4-op worked example of the simulator spec
   layered:N[:SEED]       random layered DAG of N ops (seed 0 by default)
   cnn[:MODULES[:SEED]]   Inception-like training graph (10 modules, seed 0 by default)
-anything else is read as a graph file (.json, or .json.gz for gzip; see placeto_jax.graphs.io)"""
+anything else is read as a graph file (.json, or .json.gz for gzip): the placeto-jax format
+(placeto_jax.graphs.io) or a benchmark graph (placeto_jax.graphs.benchmark)"""
 
 _FORMS = "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], or a graph file path"
+
+
+def load(path_or_name: str | os.PathLike) -> Graph:
+    """One loader: a path object is a graph file; a string is resolved by `resolve_graph`."""
+    if isinstance(path_or_name, os.PathLike):
+        return load_file(path_or_name)
+    return resolve_graph(path_or_name)
+
+
+def load_file(path: str | os.PathLike) -> Graph:
+    """A graph file of either format. ValueError names the file and the problem."""
+    doc = read_json(path)
+    try:
+        if isinstance(doc, dict) and "format" not in doc and ("nodes" in doc or "maxFPGAs" in doc):
+            return benchmark_from_dict(doc).graph
+        return graph_from_dict(doc)
+    except ValueError as err:
+        raise ValueError(f"{os.fspath(path)}: {err}") from None
 
 
 def resolve_graph(spec: str) -> Graph:
@@ -32,7 +56,7 @@ def resolve_graph(spec: str) -> Graph:
             raise ValueError(f"bad graph {spec!r}: {err}; expected {_FORMS}") from None
     if not Path(spec).is_file():
         raise ValueError(f"graph {spec!r} is not a built-in graph or an existing file; {_FORMS}")
-    return load_graph(spec)
+    return load_file(spec)
 
 
 def _example(args: list[str]) -> Graph:
