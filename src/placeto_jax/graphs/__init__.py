@@ -2,6 +2,7 @@
 
 from placeto_jax.graphs.benchmark import BenchmarkGraph, load_benchmark, load_expert_split
 from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.grouping import Grouping, group
 from placeto_jax.graphs.io import load_graph, save_graph
 from placeto_jax.graphs.registry import load, resolve_graph
 from placeto_jax.graphs.trace import from_jax
@@ -9,7 +10,9 @@ from placeto_jax.graphs.trace import from_jax
 __all__ = [
     "BenchmarkGraph",
     "Graph",
+    "Grouping",
     "from_jax",
+    "group",
     "load",
     "load_benchmark",
     "load_expert_split",

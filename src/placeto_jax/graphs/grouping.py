@@ -1,0 +1,287 @@
+"""Grouping (coarsening): merge ops into groups that are placed as one, keeping the graph a DAG.
+
+Host-side NumPy. `group` merges in three steps, each merge checked against the current group
+graph so that the grouped graph never has a cycle:
+
+1. co-location: ops sharing a `colocation` id >= 0 are merged (members in topological order);
+   when a merge would create a cycle, `ValueError` names the co-location group.
+2. scope: with `scope_depth=d`, ops whose names share the first d components of their
+   `/`-separated path are merged (a name with at most d components is its own scope). Members
+   are added in topological order to the first piece of their scope that they can join without
+   a cycle, else they start a new piece: a scope is split only where data leaves it and comes
+   back.
+3. target: rounds of heavy-edge matching until at most `target` groups remain. Each round
+   visits the group edges, those into a single consumer or out of a single producer first, then
+   heaviest (bytes crossing) first, and merges each edge whose two groups have not been merged
+   yet this round and whose merge is safe. Groups with no edges between them are merged
+   cheapest first.
+
+Cycle check: merging groups A and B creates a cycle exactly when a third group X lies on a path
+between them (A ~> X ~> B or B ~> X ~> A). The reachability of the current group graph is kept
+as bit rows (one per group, indexed by a member op) and updated after every merge, so each check
+is two row-column intersections: desc(A) & anc(B) and desc(B) & anc(A) must be empty. Memory is
+N * N / 8 bytes.
+
+Aggregation of the grouped graph: cost and param_bytes are sums over members (a group's ops run
+one after another on one device); out_bytes sums the outputs of members that have a consumer
+outside the group or no consumer at all (the data that leaves the group); an edge joins two
+groups with an op edge between them; a group's name is its members' common name path prefix
+(made unique with `_1`, `_2`, ...; a one-op group keeps its op's name); its op type is the most
+common member type (the first in op order on a tie); co-location is dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+
+from placeto_jax.graphs.core import Graph
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Grouping:
+    """The grouped graph and the map from ops to groups. Groups are numbered by smallest member
+    op index; when nothing was merged, `graph` is the input graph itself."""
+
+    graph: Graph  # the grouped graph, G ops
+    op_to_group: np.ndarray  # [N] int64, group index of every op
+
+    @property
+    def n_groups(self) -> int:
+        return self.graph.n_ops
+
+    def expand(self, group_placement) -> np.ndarray:
+        """Op placement [N] or [B, N] from a group placement [G] or [B, G]: every op goes to
+        its group's device."""
+        placement = np.asarray(group_placement)
+        if placement.ndim not in (1, 2) or placement.shape[-1] != self.n_groups:
+            raise ValueError(
+                f"group placement must have shape [{self.n_groups}] or [B, {self.n_groups}], "
+                f"got {placement.shape}"
+            )
+        return placement[..., self.op_to_group]
+
+
+def group(
+    graph: Graph,
+    *,
+    scope_depth: int | None = None,
+    target: int | None = None,
+    respect_colocation: bool = True,
+) -> Grouping:
+    """Coarsen `graph` (see the module docstring for the steps, the cycle check and how group
+    fields are aggregated). Raises `ValueError` for a negative `scope_depth`, a `target` below 1,
+    or a co-location group whose members cannot be merged without a cycle."""
+    if scope_depth is not None and scope_depth < 0:
+        raise ValueError(f"scope_depth must be >= 0, got {scope_depth}")
+    if target is not None and target < 1:
+        raise ValueError(f"target must be >= 1, got {target}")
+    state = _State.of(graph)
+    if respect_colocation and graph.colocation is not None:
+        _merge_colocated(state, graph)
+    if scope_depth is not None:
+        _merge_scopes(state, graph, scope_depth)
+    if target is not None:
+        _merge_to_target(state, graph, target)
+    op_to_group = _relabel(state.slot)
+    if np.array_equal(op_to_group, np.arange(graph.n_ops)):
+        return Grouping(graph, op_to_group)
+    return Grouping(_grouped_graph(graph, op_to_group), op_to_group)
+
+
+# ---------------------------------------------------------------------- merge state
+@dataclasses.dataclass(frozen=True)
+class _State:
+    """Groups while merging. A group lives in the slot of one of its member ops."""
+
+    slot: np.ndarray  # [N] int64, slot of every op's group
+    members: dict[int, list[int]]  # slot -> member ops
+    reach: np.ndarray  # [N, ceil(N/8)] uint8, bit b of row a: group b reachable from group a
+
+    @classmethod
+    def of(cls, graph: Graph) -> _State:
+        n = graph.n_ops
+        members = {v: [v] for v in range(n)}
+        return cls(np.arange(n, dtype=np.int64), members, graph.descendants_packed.copy())
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.members)
+
+    def _column(self, b: int) -> np.ndarray:  # [N] bool, the groups that reach group b
+        return (self.reach[:, b >> 3] >> (7 - (b & 7)) & 1).astype(bool)
+
+    def _row(self, a: int) -> np.ndarray:  # [N] bool, the groups reachable from group a
+        return np.unpackbits(self.reach[a], count=self.reach.shape[0]).astype(bool)
+
+    def can_merge(self, a: int, b: int) -> bool:
+        """True when no third group lies on a path between groups a and b."""
+        return not (
+            np.any(self._row(a) & self._column(b)) or np.any(self._row(b) & self._column(a))
+        )
+
+    def merge(self, a: int, b: int) -> int:
+        """Merge groups a and b (a safe merge) into the slot of the larger; return that slot."""
+        keep, gone = (a, b) if len(self.members[a]) >= len(self.members[b]) else (b, a)
+        ancestors = self._column(keep) | self._column(gone)
+        row = self.reach[keep] | self.reach[gone]
+        row[gone >> 3] &= ~np.uint8(1 << (7 - (gone & 7)))
+        row[keep >> 3] &= ~np.uint8(1 << (7 - (keep & 7)))
+        self.reach[ancestors] |= row
+        self.reach[ancestors, keep >> 3] |= np.uint8(1 << (7 - (keep & 7)))
+        self.reach[:, gone >> 3] &= ~np.uint8(1 << (7 - (gone & 7)))
+        self.reach[keep] = row
+        self.reach[gone] = 0
+        moved = self.members.pop(gone)
+        self.members[keep].extend(moved)
+        self.slot[moved] = keep
+        return keep
+
+
+# ---------------------------------------------------------------------- the three steps
+def _merge_colocated(state: _State, graph: Graph) -> None:
+    """Merge each co-location group, members in topological order; raise on a cycle."""
+    order = graph.topological_order
+    ids = graph.colocation[order]
+    for cid in np.unique(ids[ids >= 0]):
+        ops = order[ids == cid]
+        for v in ops[1:]:
+            a, b = int(state.slot[ops[0]]), int(state.slot[v])
+            if a == b:
+                continue
+            if not state.can_merge(a, b):
+                raise ValueError(
+                    f"co-location group {int(cid)} cannot be one group without a cycle: a path "
+                    f"from {graph.names[ops[0]]!r} or {graph.names[v]!r} to the other leaves "
+                    "the group"
+                )
+            state.merge(a, b)
+
+
+def _scope(name: str, depth: int) -> str:
+    """The first `depth` components of a `/`-separated name (the whole name when shorter)."""
+    return "/".join(name.split("/")[:depth])
+
+
+def _merge_scopes(state: _State, graph: Graph, depth: int) -> None:
+    """Merge ops by scope; a member that cannot join a piece of its scope starts a new one."""
+    pieces: dict[str, list[int]] = {}
+    for v in graph.topological_order:
+        key = _scope(graph.names[v], depth)
+        own = int(state.slot[v])
+        slots = [int(state.slot[p]) for p in pieces.setdefault(key, [])]
+        if own in slots:
+            continue
+        joined = next((s for s in slots if state.can_merge(s, own)), None)
+        if joined is None:
+            pieces[key].append(int(v))
+        else:
+            state.merge(joined, own)
+
+
+def _merge_to_target(state: _State, graph: Graph, target: int) -> None:
+    """Rounds of heavy-edge matching (then cheapest-first pairing of unconnected groups)."""
+    while state.n_groups > target:
+        pairs = _edge_candidates(state, graph)
+        if pairs.size == 0:
+            _pair_cheapest(state, graph, target)
+            return
+        used: set[int] = set()
+        for a, b in pairs:
+            if a in used or b in used or not state.can_merge(a, b):
+                continue
+            used.update((a, b))
+            state.merge(a, b)
+            if state.n_groups <= target:
+                return
+
+
+def _edge_candidates(state: _State, graph: Graph) -> np.ndarray:
+    """[K, 2] int64 group edges (slots), single producer/consumer first, then heaviest first.
+    The weight of an edge is the bytes of the distinct producer outputs that cross it."""
+    src, dst = state.slot[graph.edges[:, 0]], state.slot[graph.edges[:, 1]]
+    crossing = src != dst
+    if not crossing.any():
+        return np.zeros((0, 2), dtype=np.int64)
+    sends = np.unique(np.stack([graph.edges[crossing, 0], dst[crossing]], axis=1), axis=0)
+    pairs, inverse = np.unique(
+        np.stack([state.slot[sends[:, 0]], sends[:, 1]], axis=1), axis=0, return_inverse=True
+    )
+    weight = np.bincount(inverse.ravel(), weights=graph.out_bytes[sends[:, 0]])
+    n = graph.n_ops
+    out_degree = np.bincount(pairs[:, 0], minlength=n)
+    in_degree = np.bincount(pairs[:, 1], minlength=n)
+    single = (out_degree[pairs[:, 0]] == 1) | (in_degree[pairs[:, 1]] == 1)
+    order = np.lexsort((pairs[:, 1], pairs[:, 0], -weight, ~single))
+    return pairs[order]
+
+
+def _pair_cheapest(state: _State, graph: Graph, target: int) -> None:
+    """With no edges between groups every merge is safe: merge the cheapest two, repeatedly."""
+    while state.n_groups > target:
+        slots = sorted(state.members, key=lambda s: (graph.cost[state.members[s]].sum(), s))
+        state.merge(slots[0], slots[1])
+
+
+# ---------------------------------------------------------------------- the grouped graph
+def _relabel(slot: np.ndarray) -> np.ndarray:
+    """[N] int64 group indices, numbered by each group's smallest op index."""
+    _, first, inverse = np.unique(slot, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))
+    return rank[inverse.ravel()].astype(np.int64)
+
+
+def _grouped_graph(graph: Graph, op_to_group: np.ndarray) -> Graph:
+    n_groups = int(op_to_group.max()) + 1
+    src, dst = op_to_group[graph.edges[:, 0]], op_to_group[graph.edges[:, 1]]
+    crossing = src != dst
+    leaves = np.zeros(graph.n_ops, dtype=bool)
+    leaves[graph.edges[crossing, 0]] = True
+    leaves |= graph.out_degree == 0
+    members = [np.flatnonzero(op_to_group == g) for g in range(n_groups)]
+    op_types = None
+    if graph.op_types is not None:
+        op_types = [_most_common([graph.op_types[v] for v in ops]) for ops in members]
+    return Graph.from_edges(
+        cost=np.bincount(op_to_group, weights=graph.cost, minlength=n_groups),
+        out_bytes=np.bincount(
+            op_to_group, weights=np.where(leaves, graph.out_bytes, 0.0), minlength=n_groups
+        ),
+        edges=np.stack([src[crossing], dst[crossing]], axis=1),
+        param_bytes=np.bincount(op_to_group, weights=graph.param_bytes, minlength=n_groups),
+        names=_unique([_common_prefix([graph.names[v] for v in ops]) for ops in members]),
+        op_types=op_types,
+    )
+
+
+def _most_common(values: list[str]) -> str:
+    return Counter(values).most_common(1)[0][0]
+
+
+def _common_prefix(names: list[str]) -> str:
+    """The longest common `/`-component prefix of `names` ("group" when they share none)."""
+    if len(names) == 1:
+        return names[0]
+    paths = [name.split("/") for name in names]
+    common: list[str] = []
+    for parts in zip(*paths, strict=False):
+        if any(p != parts[0] for p in parts):
+            break
+        common.append(parts[0])
+    return "/".join(common) or "group"
+
+
+def _unique(names: list[str]) -> list[str]:
+    """Append `_1`, `_2`, ... to repeated names, in order."""
+    used: set[str] = set()
+    out = []
+    for name in names:
+        unique, k = name, 0
+        while unique in used:
+            k += 1
+            unique = f"{name}_{k}"
+        used.add(unique)
+        out.append(unique)
+    return out
