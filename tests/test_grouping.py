@@ -200,3 +200,12 @@ def test_target_at_least_n_is_identity():
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         group(chain4(), **kwargs)
+
+
+def test_scope_ignores_transformation_wrappers():
+    """Forward (jvp) and backward (transpose(jvp)) ops of one module share its scope."""
+    names = ["jvp(Net)/fc/dot", "jvp(Net)/fc/add", "transpose(jvp(Net))/fc/dot", "jvp(Net)/out"]
+    graph = Graph.from_edges([1.0] * 4, [1.0] * 4, [(0, 1), (1, 2), (2, 3)], names=names)
+    grouping = group(graph, scope_depth=2)
+    assert grouping.op_to_group.tolist() == [0, 0, 0, 1]
+    assert grouping.graph.names == ("Net/fc", "jvp(Net)/out")

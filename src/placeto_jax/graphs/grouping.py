@@ -6,7 +6,9 @@ graph so that the grouped graph never has a cycle:
 1. co-location: ops sharing a `colocation` id >= 0 are merged (members in topological order);
    when a merge would create a cycle, `ValueError` names the co-location group.
 2. scope: with `scope_depth=d`, ops whose names share the first d components of their
-   `/`-separated path are merged (a name with at most d components is its own scope). Members
+   `/`-separated path are merged (a name with at most d components is its own scope; JAX
+   transformation wrappers are ignored, so `jvp(Net)/fc` and `transpose(jvp(Net))/fc` share
+   the scope `Net/fc` and a layer's backward ops join its forward ops). Members
    are added in topological order to the first piece of their scope that they can join without
    a cycle, else they start a new piece: a scope is split only where data leaves it and comes
    back.
@@ -33,6 +35,7 @@ common member type (the first in op order on a tie); co-location is dropped.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 
 import numpy as np
@@ -160,9 +163,19 @@ def _merge_colocated(state: _State, graph: Graph) -> None:
             state.merge(a, b)
 
 
+_TRANSFORM = re.compile(r"^[A-Za-z_]\w*\((.*)\)$")  # e.g. transpose(jvp(Block))
+
+
 def _scope(name: str, depth: int) -> str:
-    """The first `depth` components of a `/`-separated name (the whole name when shorter)."""
-    return "/".join(name.split("/")[:depth])
+    """The first `depth` components of a `/`-separated name (the whole name when shorter), with
+    JAX transformation wrappers removed from each (`transpose(jvp(Block))` -> `Block`), so that
+    an op's forward and backward pass share its module's scope."""
+    parts = []
+    for part in name.split("/")[:depth]:
+        while match := _TRANSFORM.match(part):
+            part = match.group(1)
+        parts.append(part)
+    return "/".join(parts)
 
 
 def _merge_scopes(state: _State, graph: Graph, depth: int) -> None:
@@ -261,10 +274,11 @@ def _most_common(values: list[str]) -> str:
 
 
 def _common_prefix(names: list[str]) -> str:
-    """The longest common `/`-component prefix of `names` ("group" when they share none)."""
+    """The longest common `/`-component prefix of `names`, transformation wrappers removed
+    ("group" when they share none)."""
     if len(names) == 1:
         return names[0]
-    paths = [name.split("/") for name in names]
+    paths = [_scope(name, len(name)).split("/") for name in names]
     common: list[str] = []
     for parts in zip(*paths, strict=False):
         if any(p != parts[0] for p in parts):
