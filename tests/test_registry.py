@@ -9,7 +9,7 @@ from placeto_jax.graphs import generators
 from placeto_jax.graphs.io import save_graph
 from placeto_jax.graphs.registry import BUILTIN_GRAPHS, resolve_graph
 
-FORMS = "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], or a graph file path"
+FORMS = "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], zoo:MODEL, or a graph file path"
 
 
 def _same(a, b) -> bool:
@@ -97,3 +97,19 @@ def test_corrupt_file_error_names_the_file(tmp_path):
 def test_help_text_lists_every_form():
     for form in ("example:diamond", "layered:N[:SEED]", "cnn[:MODULES[:SEED]]", ".json.gz"):
         assert form in BUILTIN_GRAPHS
+
+
+def test_zoo_names_dispatch_to_the_zoo(monkeypatch):
+    from placeto_jax.graphs import zoo
+
+    built = []
+    monkeypatch.setattr(zoo, "zoo_graph", lambda name: built.append(name) or generators.diamond())
+    assert resolve_graph("zoo:resnet50").n_ops == 4
+    assert built == ["resnet50"]
+
+
+def test_zoo_name_errors_list_the_models():
+    with pytest.raises(ValueError, match="zoo takes one model name: resnet50"):
+        resolve_graph("zoo:resnet50:extra")
+    with pytest.raises(ValueError, match="resnet50"):
+        resolve_graph("zoo:alexnet")

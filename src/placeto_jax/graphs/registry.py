@@ -20,10 +20,12 @@ built-in graphs:
   example:diamond        the 4-op worked example of the simulator spec
   layered:N[:SEED]       random layered DAG of N ops (seed 0 by default)
   cnn[:MODULES[:SEED]]   Inception-like training graph (10 modules, seed 0 by default)
+  zoo:MODEL              a traced Flax training step, grouped to 500 nodes and cached
+                         (resnet50, transformer, bert_base, inception_v3)
 anything else is read as a graph file (.json, or .json.gz for gzip): the placeto-jax format
 (placeto_jax.graphs.io) or a benchmark graph (placeto_jax.graphs.benchmark)"""
 
-_FORMS = "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], or a graph file path"
+_FORMS = "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], zoo:MODEL, or a graph file path"
 
 
 def load(path_or_name: str | os.PathLike) -> Graph:
@@ -80,6 +82,14 @@ def _cnn(args: list[str]) -> Graph:
     return generators.branchy_cnn(modules, seed)
 
 
+def _zoo(args: list[str]) -> Graph:
+    from placeto_jax.graphs import zoo  # imports Flax and optax, so only when asked
+
+    if len(args) != 1:
+        raise ValueError(f"zoo takes one model name: {', '.join(zoo.ZOO_MODELS)}")
+    return zoo.zoo_graph(args[0])
+
+
 def _integer(text: str, what: str, minimum: int) -> int:
     if not re.fullmatch(r"[0-9]+", text) or int(text) < minimum:
         raise ValueError(f"{what} must be an integer >= {minimum}, got {text!r}")
@@ -90,4 +100,5 @@ _BUILDERS: dict[str, Callable[[list[str]], Graph]] = {
     "example": _example,
     "layered": _layered,
     "cnn": _cnn,
+    "zoo": _zoo,
 }

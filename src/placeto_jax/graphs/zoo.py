@@ -1,0 +1,445 @@
+"""A zoo of training-step graphs traced from Flax Linen models (nothing is run or downloaded).
+
+Each model's whole training step is traced with `from_jax`: forward pass, softmax cross-entropy
+loss, `jax.grad`, and an optax update applied with `optax.apply_updates` (inside the named scope
+`optimizer`). Parameters, optimizer state and BatchNorm statistics come from `model.init` and
+`optimizer.init` under `jax.eval_shape`, so they are `ShapeDtypeStruct`s and nothing executes;
+they are the resident parameters (`param_argnums`). Costs are µs on the `placeto-k80` preset.
+Dropout is left out (the graphs are deterministic).
+
+Op names start with `zoo:<name>/`, then the AD scope (`jvp(<Model>)` for the forward pass,
+`transpose(jvp(<Model>))` for the backward pass), then Flax module paths. The op graph is grouped
+by `group(graph, scope_depth=SCOPE_DEPTH, target=group_target)`: `SCOPE_DEPTH = 3` first merges
+the ops of each top-level module (one ResNet block, one Transformer layer, one Inception module)
+separately for the forward and the backward pass; optimizer ops (`zoo:<name>/optimizer/<op>`)
+stay single, and heavy-edge matching then merges them, mostly into the gradient that feeds them,
+until at most `group_target` groups remain.
+
+`zoo_graph` caches the grouped graph as a gzip graph file under `cache_dir`, else
+`$PLACETO_JAX_CACHE`, else `~/.cache/placeto_jax/zoo`; the file name holds the model name and a
+hash of the sizes, the group target and `VERSION` (bump it when a model or the tracer changes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.grouping import Grouping, group
+from placeto_jax.graphs.io import load_graph, save_graph
+from placeto_jax.graphs.trace import from_jax
+
+VERSION = 1
+SCOPE_DEPTH = 3
+CACHE_ENV = "PLACETO_JAX_CACHE"
+DEFAULT_CACHE = Path("~/.cache/placeto_jax/zoo")
+
+Sizes = Mapping[str, Any]
+
+
+# ---------------------------------------------------------------------- ResNet-50
+class Bottleneck(nn.Module):
+    """1x1, 3x3 (with the stride), 1x1 convolutions with BatchNorm; projection shortcut."""
+
+    features: int
+    strides: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = _conv_bn(x, self.features, (1, 1), 1, "conv1")
+        y = _conv_bn(y, self.features, (3, 3), self.strides, "conv2")
+        y = _conv_bn(y, 4 * self.features, (1, 1), 1, "conv3", relu=False)
+        if x.shape[-1] != y.shape[-1] or self.strides != 1:
+            x = _conv_bn(x, 4 * self.features, (1, 1), self.strides, "proj", relu=False)
+        return nn.relu(x + y)
+
+
+def _conv_bn(
+    x: jax.Array,
+    features: int,
+    kernel: tuple[int, int],
+    strides: int,
+    name: str,
+    relu: bool = True,
+    padding: str = "SAME",
+) -> jax.Array:
+    """Convolution (no bias), BatchNorm in training mode, optional ReLU; named `name`."""
+    conv = nn.Conv(features, kernel, strides, padding, use_bias=False, name=f"{name}_conv")
+    x = conv(x)
+    x = nn.BatchNorm(use_running_average=False, name=f"{name}_bn")(x)
+    return nn.relu(x) if relu else x
+
+
+class ResNet(nn.Module):
+    """ResNet v1.5 with bottleneck blocks: 7x7/2 stem, max pool, four stages, average pool."""
+
+    blocks: Sequence[int]
+    width: int
+    classes: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = _conv_bn(x, self.width, (7, 7), 2, "stem")
+        x = nn.max_pool(x, (3, 3), (2, 2), "SAME")
+        for stage, n in enumerate(self.blocks):
+            for b in range(n):
+                strides = 2 if stage > 0 and b == 0 else 1
+                x = Bottleneck(self.width * 2**stage, strides, name=f"stage{stage + 1}_{b}")(x)
+        return nn.Dense(self.classes, name="head")(x.mean(axis=(1, 2)))
+
+
+# ---------------------------------------------------------------------- Inception-V3
+class _Inception(nn.Module):
+    """Base of the Inception modules: channel counts are divided by `width_div`."""
+
+    width_div: int
+
+
+def _scaled_conv(width_div: int) -> Callable[..., jax.Array]:
+    """A conv-BN-ReLU (stride 1, SAME unless given) whose channel count is divided by
+    `width_div`; a plain function, so that its ops sit directly in the calling module's scope."""
+
+    def conv(x, features, kernel, name, strides=1, padding="SAME") -> jax.Array:
+        return _conv_bn(x, max(1, features // width_div), kernel, strides, name, padding=padding)
+
+    return conv
+
+
+def _avg_pool(x: jax.Array) -> jax.Array:
+    return nn.avg_pool(x, (3, 3), (1, 1), "SAME")
+
+
+def _max_pool(x: jax.Array) -> jax.Array:
+    return nn.max_pool(x, (3, 3), (2, 2), "VALID")
+
+
+class InceptionA(_Inception):
+    """35x35 module: 1x1, 5x5, double 3x3 and pool branches."""
+
+    pool_features: int = 32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        conv = _scaled_conv(self.width_div)
+        b1 = conv(x, 64, (1, 1), "b1x1")
+        b5 = conv(conv(x, 48, (1, 1), "b5x5_1"), 64, (5, 5), "b5x5_2")
+        b3 = conv(conv(x, 64, (1, 1), "b3x3dbl_1"), 96, (3, 3), "b3x3dbl_2")
+        b3 = conv(b3, 96, (3, 3), "b3x3dbl_3")
+        bp = conv(_avg_pool(x), self.pool_features, (1, 1), "pool")
+        return jnp.concatenate([b1, b5, b3, bp], axis=-1)
+
+
+class InceptionB(_Inception):
+    """Grid reduction 35x35 -> 17x17: strided 3x3, strided double 3x3, max pool."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        conv = _scaled_conv(self.width_div)
+        b3 = conv(x, 384, (3, 3), "b3x3", strides=2, padding="VALID")
+        bd = conv(conv(x, 64, (1, 1), "b3x3dbl_1"), 96, (3, 3), "b3x3dbl_2")
+        bd = conv(bd, 96, (3, 3), "b3x3dbl_3", strides=2, padding="VALID")
+        return jnp.concatenate([b3, bd, _max_pool(x)], axis=-1)
+
+
+class InceptionC(_Inception):
+    """17x17 module with factorised 7x7 convolutions (1x7 and 7x1)."""
+
+    c7: int = 128
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        conv = _scaled_conv(self.width_div)
+        b1 = conv(x, 192, (1, 1), "b1x1")
+        b7 = conv(x, self.c7, (1, 1), "b7x7_1")
+        b7 = conv(conv(b7, self.c7, (1, 7), "b7x7_2"), 192, (7, 1), "b7x7_3")
+        bd = conv(x, self.c7, (1, 1), "b7x7dbl_1")
+        for i, kernel in enumerate([(7, 1), (1, 7), (7, 1)]):
+            bd = conv(bd, self.c7, kernel, f"b7x7dbl_{i + 2}")
+        bd = conv(bd, 192, (1, 7), "b7x7dbl_5")
+        bp = conv(_avg_pool(x), 192, (1, 1), "pool")
+        return jnp.concatenate([b1, b7, bd, bp], axis=-1)
+
+
+class InceptionD(_Inception):
+    """Grid reduction 17x17 -> 8x8: strided 3x3, 7x7 then strided 3x3, max pool."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        conv = _scaled_conv(self.width_div)
+        b3 = conv(conv(x, 192, (1, 1), "b3x3_1"), 320, (3, 3), "b3x3_2", 2, "VALID")
+        b7 = conv(conv(x, 192, (1, 1), "b7x7x3_1"), 192, (1, 7), "b7x7x3_2")
+        b7 = conv(conv(b7, 192, (7, 1), "b7x7x3_3"), 192, (3, 3), "b7x7x3_4", 2, "VALID")
+        return jnp.concatenate([b3, b7, _max_pool(x)], axis=-1)
+
+
+class InceptionE(_Inception):
+    """8x8 module with expanded filter banks (parallel 1x3 and 3x1 convolutions)."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        conv = _scaled_conv(self.width_div)
+        b1 = conv(x, 320, (1, 1), "b1x1")
+        b3 = conv(x, 384, (1, 1), "b3x3_1")
+        b3 = [conv(b3, 384, (1, 3), "b3x3_2a"), conv(b3, 384, (3, 1), "b3x3_2b")]
+        bd = conv(conv(x, 448, (1, 1), "b3x3dbl_1"), 384, (3, 3), "b3x3dbl_2")
+        bd = [conv(bd, 384, (1, 3), "b3x3dbl_3a"), conv(bd, 384, (3, 1), "b3x3dbl_3b")]
+        bp = conv(_avg_pool(x), 192, (1, 1), "pool")
+        return jnp.concatenate([b1, *b3, *bd, bp], axis=-1)
+
+
+class InceptionV3(_Inception):
+    """Inception-V3 without the auxiliary classifier: stem, 3x A, B, 4x C, D, 2x E, head."""
+
+    classes: int = 1000
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        conv = _scaled_conv(self.width_div)
+        x = conv(x, 32, (3, 3), "stem1", strides=2, padding="VALID")
+        x = conv(x, 32, (3, 3), "stem2", padding="VALID")
+        x = _max_pool(conv(x, 64, (3, 3), "stem3"))
+        x = conv(x, 80, (1, 1), "stem4", padding="VALID")
+        x = _max_pool(conv(x, 192, (3, 3), "stem5", padding="VALID"))
+        div = self.width_div
+        for i, pool in enumerate([32, 64, 64]):
+            x = InceptionA(div, pool, name=f"mixed_5{'bcd'[i]}")(x)
+        x = InceptionB(div, name="mixed_6a")(x)
+        for i, c7 in enumerate([128, 160, 160, 192]):
+            x = InceptionC(div, c7, name=f"mixed_6{'bcde'[i]}")(x)
+        x = InceptionD(div, name="mixed_7a")(x)
+        x = InceptionE(div, name="mixed_7b")(x)
+        x = InceptionE(div, name="mixed_7c")(x)
+        return nn.Dense(self.classes, name="head")(x.mean(axis=(1, 2)))
+
+
+# ---------------------------------------------------------------------- Transformer
+class TransformerLayer(nn.Module):
+    """Pre-LayerNorm self-attention and a ReLU (or GELU) feed-forward block."""
+
+    heads: int
+    ff: int
+    causal: bool
+    gelu: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        mask = nn.make_causal_mask(x[..., 0]) if self.causal else None
+        y = nn.LayerNorm(name="ln1")(x)
+        x = x + nn.MultiHeadDotProductAttention(self.heads, name="attention")(y, y, mask=mask)
+        y = nn.Dense(self.ff, name="ff1")(nn.LayerNorm(name="ln2")(x))
+        y = nn.gelu(y) if self.gelu else nn.relu(y)
+        return x + nn.Dense(x.shape[-1], name="ff2")(y)
+
+
+class TransformerLM(nn.Module):
+    """Decoder-only language model: token and position embeddings, causal layers, tied output
+    projection (the embedding's `attend`)."""
+
+    layers: int
+    d: int
+    heads: int
+    ff: int
+    vocab: int
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        embed = nn.Embed(self.vocab, self.d, name="embed")
+        x = embed(tokens) + _positions(tokens.shape[1], self.d)
+        for i in range(self.layers):
+            x = TransformerLayer(self.heads, self.ff, causal=True, name=f"layer{i}")(x)
+        return embed.attend(nn.LayerNorm(name="ln_final")(x))
+
+
+def _positions(length: int, d: int) -> jax.Array:
+    """[1, length, d] learned position embeddings."""
+    table = nn.Embed(length, d, name="positions")
+    return table(jnp.arange(length))[None]
+
+
+class Bert(nn.Module):
+    """BERT encoder (token, segment and position embeddings, GELU layers) with the masked-LM
+    head: dense, GELU, LayerNorm, projection tied to the token embedding."""
+
+    layers: int
+    d: int
+    heads: int
+    ff: int
+    vocab: int
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        embed = nn.Embed(self.vocab, self.d, name="embed")
+        segments = nn.Embed(2, self.d, name="segments")(jnp.zeros_like(tokens))
+        x = nn.LayerNorm(name="ln_embed")(
+            embed(tokens) + segments + _positions(tokens.shape[1], self.d)
+        )
+        for i in range(self.layers):
+            x = TransformerLayer(self.heads, self.ff, causal=False, gelu=True, name=f"layer{i}")(x)
+        y = nn.LayerNorm(name="mlm_ln")(nn.gelu(nn.Dense(self.d, name="mlm_dense")(x)))
+        return embed.attend(y)
+
+
+# ---------------------------------------------------------------------- the training step
+@dataclasses.dataclass(frozen=True)
+class TrainStep:
+    """A training step to trace: `fn(params, opt_state, state, inputs, labels)` and its example
+    arguments (`ShapeDtypeStruct` pytrees); the first three are resident parameters."""
+
+    fn: Callable
+    args: tuple
+
+
+PARAM_ARGNUMS = (0, 1, 2)
+
+
+def train_step(
+    model: nn.Module, inputs: jax.ShapeDtypeStruct, labels: jax.ShapeDtypeStruct, tx
+) -> TrainStep:
+    """The training step of `model` on `inputs` with integer `labels` and optimizer `tx`.
+    Variables other than `params` (BatchNorm statistics) are updated and returned."""
+    variables = jax.eval_shape(model.init, jax.random.key(0), inputs)
+    params = variables["params"]
+    state = {k: v for k, v in variables.items() if k != "params"}
+    opt_state = jax.eval_shape(tx.init, params)
+
+    def loss_fn(params, state, inputs, labels):
+        logits, new_state = model.apply({"params": params, **state}, inputs, mutable=list(state))
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        return loss, new_state
+
+    def step(params, opt_state, state, inputs, labels):
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (loss, new_state), grads = grad_fn(params, state, inputs, labels)
+        with jax.named_scope("optimizer"):
+            updates, opt_state = tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+        return params, opt_state, new_state, loss
+
+    return TrainStep(step, (params, opt_state, state, inputs, labels))
+
+
+def _spec(shape: Sequence[int], dtype=jnp.float32) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(tuple(shape), dtype)
+
+
+def _resnet(s: Sizes) -> TrainStep:
+    model = ResNet(tuple(s["blocks"]), s["width"], s["classes"])
+    images = _spec((s["batch"], s["image"], s["image"], 3))
+    return train_step(model, images, _spec((s["batch"],), jnp.int32), optax.sgd(0.1, 0.9))
+
+
+def _inception(s: Sizes) -> TrainStep:
+    model = InceptionV3(s["width_div"], classes=s["classes"])
+    images = _spec((s["batch"], s["image"], s["image"], 3))
+    return train_step(model, images, _spec((s["batch"],), jnp.int32), optax.sgd(0.1, 0.9))
+
+
+def _lm(s: Sizes) -> TrainStep:
+    model = TransformerLM(s["layers"], s["d"], s["heads"], s["ff"], s["vocab"])
+    tokens = _spec((s["batch"], s["seq"]), jnp.int32)
+    return train_step(model, tokens, tokens, optax.adam(1e-4))
+
+
+def _bert(s: Sizes) -> TrainStep:
+    model = Bert(s["layers"], s["d"], s["heads"], s["ff"], s["vocab"])
+    tokens = _spec((s["batch"], s["seq"]), jnp.int32)
+    return train_step(model, tokens, tokens, optax.adam(1e-4))
+
+
+# ---------------------------------------------------------------------- the zoo
+@dataclasses.dataclass(frozen=True)
+class ZooModel:
+    """A zoo entry: a one-line description, default sizes and the step builder."""
+
+    description: str
+    sizes: Mapping[str, Any]
+    build: Callable[[Sizes], TrainStep]
+
+
+ZOO_MODELS: dict[str, ZooModel] = {
+    "resnet50": ZooModel(
+        "ResNet-50 v1.5 (bottleneck blocks [3, 4, 6, 3]), BatchNorm, SGD with momentum",
+        {"batch": 32, "image": 224, "blocks": (3, 4, 6, 3), "width": 64, "classes": 1000},
+        _resnet,
+    ),
+    "transformer": ZooModel(
+        "6-layer decoder-only Transformer LM (pre-LayerNorm, tied embeddings), Adam",
+        {"batch": 16, "seq": 128, "layers": 6, "d": 512, "heads": 8, "ff": 2048, "vocab": 32000},
+        _lm,
+    ),
+    "bert_base": ZooModel(
+        "BERT-base encoder with the masked-LM head (loss on every position), Adam",
+        {"batch": 16, "seq": 128, "layers": 12, "d": 768, "heads": 12, "ff": 3072, "vocab": 30522},
+        _bert,
+    ),
+    "inception_v3": ZooModel(
+        "Inception-V3 (stem, 3x A, B, 4x C, D, 2x E, head; no auxiliary head), SGD with momentum",
+        {"batch": 64, "image": 299, "width_div": 1, "classes": 1000},
+        _inception,
+    ),
+}
+
+
+def zoo_op_graph(
+    name: str, *, group_target: int = 500, sizes: Sizes | None = None
+) -> tuple[Graph, Grouping]:
+    """The ungrouped op graph of zoo model `name` and its grouping (never cached). `sizes`
+    overrides some default sizes. Raises ValueError for an unknown name or size."""
+    full = _sizes(name, sizes)
+    step = ZOO_MODELS[name].build(full)
+    graph = from_jax(step.fn, *step.args, param_argnums=PARAM_ARGNUMS, name=f"zoo:{name}")
+    return graph, group(graph, scope_depth=SCOPE_DEPTH, target=group_target)
+
+
+def zoo_graph(
+    name: str,
+    *,
+    group_target: int = 500,
+    cache_dir: str | os.PathLike | None = None,
+    sizes: Sizes | None = None,
+) -> Graph:
+    """The grouped training graph of zoo model `name`, read from the cache when there (see the
+    module docstring). Raises ValueError for an unknown name or size."""
+    path = cache_path(name, group_target=group_target, cache_dir=cache_dir, sizes=sizes)
+    if path.is_file():
+        return load_graph(path)
+    graph = zoo_op_graph(name, group_target=group_target, sizes=sizes)[1].graph
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_graph(graph, path)
+    return graph
+
+
+def cache_path(
+    name: str,
+    *,
+    group_target: int = 500,
+    cache_dir: str | os.PathLike | None = None,
+    sizes: Sizes | None = None,
+) -> Path:
+    """The cache file of zoo model `name` with these sizes and group target."""
+    key = {"name": name, "sizes": _sizes(name, sizes), "target": group_target, "v": VERSION}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    root = cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE
+    return Path(root).expanduser() / f"{name}-{digest}.json.gz"
+
+
+def _sizes(name: str, overrides: Sizes | None) -> dict[str, Any]:
+    """The default sizes of `name` updated by `overrides`; ValueError for unknown keys."""
+    if name not in ZOO_MODELS:
+        raise ValueError(f"unknown zoo model {name!r}; available: {', '.join(ZOO_MODELS)}")
+    defaults = ZOO_MODELS[name].sizes
+    unknown = sorted(set(overrides or {}) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown sizes {unknown} for zoo model {name!r}; known: {list(defaults)}")
+    return {**defaults, **(overrides or {})}
