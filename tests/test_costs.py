@@ -160,3 +160,21 @@ def test_device_spec_lookup():
     assert costs.device_spec("a100") is costs.DEVICES["a100"]
     with pytest.raises(ValueError, match="no roofline parameters for device 'tpu'"):
         costs.device_spec("tpu")
+
+
+def test_embedding_gradient_scatter_add_is_known(recwarn):
+    """The gradient of a gather (an embedding lookup) is a `scatter-add`: bytes only, no warning."""
+    import jax
+    import jax.numpy as jnp
+
+    from placeto_jax.graphs.trace import from_jax
+
+    def loss(table, ids):
+        return jnp.sum(table[ids])
+
+    graph = from_jax(jax.grad(loss), jnp.zeros((100, 8)), jnp.arange(4))
+    assert "scatter-add" in graph.op_types
+    assert not [w for w in recwarn if "scatter-add" in str(w.message)]
+    from placeto_jax.graphs.costs import BYTES_ONLY
+
+    assert "scatter-add" in BYTES_ONLY

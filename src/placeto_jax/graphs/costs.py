@@ -94,7 +94,8 @@ WINDOWED = _primitives(
     select_and_gather_add"""
 )
 BYTES_ONLY = _primitives(
-    """gather scatter scatter_add scatter_sub scatter_mul scatter_min scatter_max dynamic_slice
+    """gather scatter scatter_add scatter_sub scatter_mul scatter_min scatter_max scatter-add
+    scatter-sub scatter-mul scatter-min scatter-max dynamic_slice
     dynamic_update_slice reshape transpose broadcast_in_dim concatenate slice pad squeeze
     rev convert_element_type bitcast_convert_type copy copy_p iota split device_put
     sharding_constraint optimization_barrier stop_gradient random_bits random_seed random_wrap
