@@ -9,7 +9,10 @@ from placeto_jax.graphs import generators
 from placeto_jax.graphs.io import save_graph
 from placeto_jax.graphs.registry import BUILTIN_GRAPHS, resolve_graph
 
-FORMS = "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], zoo:MODEL, or a graph file path"
+FORMS = (
+    "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], zoo:MODEL, family:F/I[:SEED], "
+    "or a graph file path"
+)
 
 
 def _same(a, b) -> bool:
@@ -113,3 +116,24 @@ def test_zoo_name_errors_list_the_models():
         resolve_graph("zoo:resnet50:extra")
     with pytest.raises(ValueError, match="resnet50"):
         resolve_graph("zoo:alexnet")
+
+
+def test_family_names_dispatch_to_the_families(monkeypatch):
+    from placeto_jax.graphs import families
+
+    built = []
+
+    def fake(family, index, seed=0):
+        built.append((family, index, seed))
+        return generators.diamond()
+
+    monkeypatch.setattr(families, "family_graph", fake)
+    resolve_graph("family:ptb/5")
+    resolve_graph("family:cifar10/31:7")
+    assert built == [("ptb", 5, 0), ("cifar10", 31, 7)]
+
+
+@pytest.mark.parametrize("spec", ["family:ptb", "family:ptb/x", "family:mnist/1", "family:ptb/40"])
+def test_family_name_errors(spec):
+    with pytest.raises(ValueError, match="bad graph"):
+        resolve_graph(spec)

@@ -22,10 +22,15 @@ built-in graphs:
   cnn[:MODULES[:SEED]]   Inception-like training graph (10 modules, seed 0 by default)
   zoo:MODEL              a traced Flax training step, grouped to 500 nodes and cached
                          (resnet50, transformer, bert_base, inception_v3)
+  family:F/I[:SEED]      graph I (0-31) of the ENAS-style family F (cifar10, ptb, nmt);
+                         indices 0-23 are the train split, 24-31 the test split
 anything else is read as a graph file (.json, or .json.gz for gzip): the placeto-jax format
 (placeto_jax.graphs.io) or a benchmark graph (placeto_jax.graphs.benchmark)"""
 
-_FORMS = "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], zoo:MODEL, or a graph file path"
+_FORMS = (
+    "example:diamond, layered:N[:SEED], cnn[:MODULES[:SEED]], zoo:MODEL, family:F/I[:SEED], "
+    "or a graph file path"
+)
 
 
 def load(path_or_name: str | os.PathLike) -> Graph:
@@ -90,6 +95,16 @@ def _zoo(args: list[str]) -> Graph:
     return zoo.zoo_graph(args[0])
 
 
+def _family(args: list[str]) -> Graph:
+    from placeto_jax.graphs import families  # imports Flax and optax, so only when asked
+
+    family, slash, index = args[0].partition("/") if args else ("", "", "")
+    if not slash or len(args) > 2:
+        raise ValueError(f"family takes F/I[:SEED] with F one of {', '.join(families.FAMILIES)}")
+    seed = _integer(args[1], "SEED", 0) if len(args) == 2 else 0
+    return families.family_graph(family, _integer(index, "I", 0), seed=seed)
+
+
 def _integer(text: str, what: str, minimum: int) -> int:
     if not re.fullmatch(r"[0-9]+", text) or int(text) < minimum:
         raise ValueError(f"{what} must be an integer >= {minimum}, got {text!r}")
@@ -101,4 +116,5 @@ _BUILDERS: dict[str, Callable[[list[str]], Graph]] = {
     "layered": _layered,
     "cnn": _cnn,
     "zoo": _zoo,
+    "family": _family,
 }
