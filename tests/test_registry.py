@@ -137,3 +137,99 @@ def test_family_names_dispatch_to_the_families(monkeypatch):
 def test_family_name_errors(spec):
     with pytest.raises(ValueError, match="bad graph"):
         resolve_graph(spec)
+
+
+# ---------------------------------------------------------------------- names, lists, suggestions
+def test_names_lists_every_builtin_name():
+    from placeto_jax.graphs import families, zoo
+    from placeto_jax.graphs.registry import names
+
+    listed = names()
+    assert listed[0] == "example:diamond"
+    assert [n for n in listed if n.startswith("zoo:")] == [f"zoo:{m}" for m in zoo.ZOO_MODELS]
+    for split in ("family:ptb", "family:ptb/train", "family:ptb/test", "family:nmt/31"):
+        assert split in listed
+    per_family = 1 + 2 + families.FAMILY_SIZE
+    assert len(listed) == 1 + len(zoo.ZOO_MODELS) + len(families.FAMILIES) * per_family
+    assert len(set(listed)) == len(listed)
+
+
+def test_names_is_exported():
+    from placeto_jax import graphs
+
+    assert "names" in graphs.__all__ and graphs.names is not None
+
+
+@pytest.fixture
+def fake_families(monkeypatch):
+    """Family graph (F, I, seed) becomes layered:(I + 1):seed; returns the calls."""
+    from placeto_jax.graphs import families
+
+    built = []
+
+    def fake(family, index, *, seed=0, group_target=None):
+        built.append((family, index, seed))
+        return generators.layered(index + 1, seed=seed)
+
+    monkeypatch.setattr(families, "family_graph", fake)
+    return built
+
+
+@pytest.mark.parametrize(
+    ("spec", "indices", "seed"),
+    [
+        ("family:ptb", range(32), 0),
+        ("family:ptb/train", range(24), 0),
+        ("family:ptb/test", range(24, 32), 0),
+        ("family:nmt/test:3", range(24, 32), 3),
+    ],
+)
+def test_load_family_and_split_names_give_lists(fake_families, spec, indices, seed):
+    from placeto_jax.graphs.registry import load
+
+    family = spec.split(":")[1].split("/")[0]
+    loaded = load(spec)
+    suffix = f":{seed}" if seed else ""
+    assert [name for name, _ in loaded] == [f"family:{family}/{i}{suffix}" for i in indices]
+    assert [graph.n_ops for _, graph in loaded] == [i + 1 for i in indices]
+    assert fake_families == [(family, i, seed) for i in indices]
+
+
+def test_load_single_names_give_graphs(fake_families):
+    from placeto_jax.graphs.registry import load
+
+    assert load("family:ptb/4").n_ops == 5
+    assert load("example:diamond").names == ("a", "b", "c", "d")
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem", "suggestion"),
+    [
+        ("family:ptb/val", "unknown split 'val'", "did you mean family:ptb/"),
+        ("family:ptbb", "unknown family 'ptbb'", "did you mean family:ptb,"),
+    ],
+)
+def test_bad_family_list_names(fake_families, spec, problem, suggestion):
+    from placeto_jax.graphs.registry import load
+
+    with pytest.raises(ValueError) as info:
+        load(spec)
+    message = str(info.value)
+    assert message.startswith(f"bad graph {spec!r}: {problem}") and suggestion in message
+    assert fake_families == []
+
+
+def test_unknown_zoo_model_suggests_close_names():
+    with pytest.raises(ValueError, match=r"did you mean zoo:resnet50\b"):
+        resolve_graph("zoo:resnet")
+
+
+def test_family_index_out_of_range_suggests_indices():
+    with pytest.raises(ValueError, match=r"did you mean family:ptb/4, "):
+        resolve_graph("family:ptb/40")
+
+
+def test_a_list_name_is_not_one_graph():
+    with pytest.raises(ValueError, match="names a list of graphs") as info:
+        resolve_graph("family:ptb/train")
+    assert "did you mean family:ptb/train" not in str(info.value)

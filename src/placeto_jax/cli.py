@@ -1,4 +1,5 @@
-"""The `placeto-jax` command line: `simulate` one placement, `demo` the baseline placers.
+"""The `placeto-jax` command line: `simulate` one placement, `demo` the baseline placers, and
+`graphs list|show|export|plot` to inspect the built-in graphs.
 
 Errors in the input (graph spec or file, placement, preset, device count) print one line,
 `placeto-jax: error: ...`, to stderr and exit with status 2; I/O failures exit with status 1.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -18,16 +20,25 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 import placeto_jax as pj
 from placeto_jax.cluster import PRESETS, Cluster
+from placeto_jax.files import atomic_write
 from placeto_jax.graphs.core import Graph
-from placeto_jax.graphs.registry import BUILTIN_GRAPHS, resolve_graph
+from placeto_jax.graphs.io import save_graph
+from placeto_jax.graphs.registry import BUILTIN_GRAPHS, names, resolve_graph
+from placeto_jax.graphs.stats import GraphStats, graph_stats
 from placeto_jax.placers import PLACERS, random_batch
 from placeto_jax.plotting import gantt
 from placeto_jax.report import PlacementReport, summarize
 
 PROG = "placeto-jax"
+PLOT_EDGES_MAX_OPS = 2000  # larger graphs are drawn without edges
+TOP_OPS = 10
 GB = 1e9
 MB = 1e6
 MS = 1e3  # µs
@@ -60,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     _add_simulate(commands)
     _add_demo(commands)
+    _add_graphs(commands)
     return parser
 
 
@@ -123,6 +135,37 @@ def _add_demo(commands) -> None:
     )
     _common(parser)
     parser.set_defaults(command=_demo)
+
+
+def _add_graphs(commands) -> None:
+    parser = commands.add_parser(
+        "graphs",
+        help="list, show, export or plot built-in graphs",
+        description="Inspect graphs: sizes, critical path and parallelism; export or draw one.",
+        epilog=BUILTIN_GRAPHS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(title="actions", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="one row per built-in zoo model and example")
+    listing.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    listing.add_argument(
+        "--include-families",
+        action="store_true",
+        help="also the 96 family graphs (slow: each is traced)",
+    )
+    listing.set_defaults(command=_graphs_list)
+    show = actions.add_parser("show", help="statistics and the costliest ops of one graph")
+    show.add_argument("graph", metavar="NAME", help="graph file or built-in graph")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(command=_graphs_show)
+    export = actions.add_parser("export", help="save a graph in the placeto-jax format")
+    export.add_argument("graph", metavar="NAME", help="graph file or built-in graph")
+    export.add_argument("-o", "--output", required=True, metavar="FILE", help=".json or .json.gz")
+    export.set_defaults(command=_graphs_export)
+    plot = actions.add_parser("plot", help="draw a graph layer by layer (PNG)")
+    plot.add_argument("graph", metavar="NAME", help="graph file or built-in graph")
+    plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="PNG file")
+    plot.set_defaults(command=_graphs_plot)
 
 
 # ---------------------------------------------------------------------- simulate
@@ -312,6 +355,150 @@ def _demo_table(spec: str, graph: Graph, cluster: Cluster, rows: list[_DemoRow])
             _table(table),
         ]
     )
+
+
+# ---------------------------------------------------------------------- graphs
+def _graphs_list(args: argparse.Namespace) -> int:
+    listed = [
+        n
+        for n in names()
+        if n.startswith(("example:", "zoo:"))
+        or (args.include_families and n.rpartition("/")[2].isdigit())
+    ]
+    rows = [_stats_json(name, graph_stats(resolve_graph(name))) for name in listed]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print(_table([_STATS_HEADER, *(_stats_row(row) for row in rows)]))
+    return 0
+
+
+_STATS_HEADER = ("name", "ops", "edges", "total ms", "critical path ms", "parallelism")
+
+
+def _stats_json(name: str, stats: GraphStats) -> dict:
+    return {
+        "name": name,
+        "ops": stats.n_ops,
+        "edges": stats.n_edges,
+        "total_ms": stats.total_us / MS,
+        "critical_path_ms": stats.critical_path_us / MS,
+        "parallelism": stats.parallelism,
+    }
+
+
+def _stats_row(row: dict) -> tuple[str, ...]:
+    return (
+        row["name"],
+        str(row["ops"]),
+        str(row["edges"]),
+        f"{row['total_ms']:.3f}",
+        f"{row['critical_path_ms']:.3f}",
+        f"{row['parallelism']:.2f}",
+    )
+
+
+def _graphs_show(args: argparse.Namespace) -> int:
+    graph = resolve_graph(args.graph)
+    doc = _show_json(args.graph, graph)
+    print(json.dumps(doc) if args.json else _show_text(doc))
+    return 0
+
+
+def _show_json(spec: str, graph: Graph) -> dict:
+    total = float(graph.cost.sum())
+    top = np.argsort(-graph.cost, kind="stable")[:TOP_OPS]
+    return {
+        **_stats_json(spec, graph_stats(graph)),
+        "param_bytes": float(graph.param_bytes.sum()),
+        "in_degree": _degree_json(graph.in_degree),
+        "out_degree": _degree_json(graph.out_degree),
+        "top_ops": [
+            {
+                "name": graph.names[v],
+                "cost_ms": float(graph.cost[v]) / MS,
+                "share": float(graph.cost[v]) / total if total > 0 else 0.0,
+            }
+            for v in top
+        ],
+    }
+
+
+def _degree_json(degree: np.ndarray) -> dict:
+    """Mean, max and the count of ops with degree 0 (roots for in-degree, sinks for out)."""
+    return {
+        "mean": float(degree.mean()),
+        "max": int(degree.max()),
+        "zero": int((degree == 0).sum()),
+    }
+
+
+def _show_text(doc: dict) -> str:
+    top = [
+        ("op", "cost ms", "share"),
+        *((op["name"], f"{op['cost_ms']:.3f}", f"{op['share']:.1%}") for op in doc["top_ops"]),
+    ]
+    degrees = [
+        f"{kind:<11}mean {d['mean']:.2f}, max {d['max']}, {d['zero']} ops with none"
+        for kind, d in (("in-degree", doc["in_degree"]), ("out-degree", doc["out_degree"]))
+    ]
+    return "\n".join(
+        [
+            f"graph      {doc['name']}: {doc['ops']} ops, {doc['edges']} edges",
+            f"compute    {doc['total_ms']:.3f} ms total, critical path "
+            f"{doc['critical_path_ms']:.3f} ms, parallelism {doc['parallelism']:.2f}",
+            f"params     {doc['param_bytes'] / GB:.4g} GB",
+            *degrees,
+            "",
+            _table(top),
+        ]
+    )
+
+
+def _graphs_export(args: argparse.Namespace) -> int:
+    graph = resolve_graph(args.graph)
+    save_graph(graph, args.output)
+    print(f"wrote {args.output}: {graph.n_ops} ops, {graph.n_edges} edges")
+    return 0
+
+
+def _graphs_plot(args: argparse.Namespace) -> int:
+    graph = resolve_graph(args.graph)
+    plot_layers(graph, args.output, title=args.graph)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def layer_positions(graph: Graph) -> np.ndarray:
+    """[N, 2] float64: x = topological depth, y = rank within the depth (by op index), centred."""
+    depth = graph.depth
+    order = np.lexsort((np.arange(graph.n_ops), depth))
+    counts = np.bincount(depth)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.empty(graph.n_ops, dtype=np.float64)
+    rank[order] = np.arange(graph.n_ops) - starts[depth[order]]
+    return np.stack([depth, rank - (counts[depth] - 1) / 2], axis=1).astype(np.float64)
+
+
+def plot_layers(graph: Graph, path: str | os.PathLike, title: str) -> None:
+    """Draw `graph` layer by layer (marker area ~ op cost; edges up to PLOT_EDGES_MAX_OPS ops)
+    and write it atomically to `path` as PNG."""
+    xy = layer_positions(graph)
+    fig = Figure(figsize=(12.0, 8.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    if graph.n_ops <= PLOT_EDGES_MAX_OPS:
+        lines = LineCollection(xy[graph.edges], colors="0.6", linewidths=0.5, zorder=1)
+        ax.add_collection(lines)
+    peak = graph.cost.max()
+    sizes = 4.0 + 200.0 * (graph.cost / peak if peak > 0 else graph.cost)
+    ax.scatter(xy[:, 0], xy[:, 1], s=sizes, c="#4e79a7", edgecolors="none", zorder=2)
+    ax.set_xlabel("topological depth")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_yticks([])
+    ax.set_title(f"{title}: {graph.n_ops} ops, {graph.n_edges} edges (marker area ~ cost)")
+    with atomic_write(path) as file:
+        fig.savefig(file, format="png", dpi=100)
 
 
 def _table(rows: Sequence[Sequence[str]]) -> str:

@@ -4,7 +4,7 @@ from placeto_jax.graphs.benchmark import BenchmarkGraph, load_benchmark, load_ex
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.grouping import Grouping, group
 from placeto_jax.graphs.io import load_graph, save_graph
-from placeto_jax.graphs.registry import load, resolve_graph
+from placeto_jax.graphs.registry import load, names, resolve_graph
 from placeto_jax.graphs.trace import from_jax
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "load_benchmark",
     "load_expert_split",
     "load_graph",
+    "names",
     "resolve_graph",
     "save_graph",
 ]

@@ -5,6 +5,7 @@ field) or benchmark graphs (`placeto_jax.graphs.benchmark`, by a `nodes` or `max
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable
@@ -24,6 +25,7 @@ built-in graphs:
                          (resnet50, transformer, bert_base, inception_v3)
   family:F/I[:SEED]      graph I (0-31) of the ENAS-style family F (cifar10, ptb, nmt);
                          indices 0-23 are the train split, 24-31 the test split
+                         (`load` also takes family:F[/SPLIT][:SEED] for a list of graphs)
 anything else is read as a graph file (.json, or .json.gz for gzip): the placeto-jax format
 (placeto_jax.graphs.io) or a benchmark graph (placeto_jax.graphs.benchmark)"""
 
@@ -33,11 +35,29 @@ _FORMS = (
 )
 
 
-def load(path_or_name: str | os.PathLike) -> Graph:
-    """One loader: a path object is a graph file; a string is resolved by `resolve_graph`."""
+def load(path_or_name: str | os.PathLike) -> Graph | list[tuple[str, Graph]]:
+    """One loader: a path object is a graph file; a family or split name
+    (`family:F[/SPLIT][:SEED]`, SPLIT one of train, test, all) is a list of (name, graph) in
+    index order; any other string is one graph, resolved by `resolve_graph`."""
     if isinstance(path_or_name, os.PathLike):
         return load_file(path_or_name)
+    match = _GROUP.fullmatch(path_or_name)
+    if match:
+        return _family_group(path_or_name, *match.groups())
     return resolve_graph(path_or_name)
+
+
+def names() -> list[str]:
+    """Every built-in name without arguments: `example:diamond`, `zoo:MODEL`, and per family
+    `family:F`, its splits `family:F/SPLIT` and its graphs `family:F/0` .. `family:F/31`."""
+    from placeto_jax.graphs import families, zoo  # import Flax and optax
+
+    listed = ["example:diamond", *(f"zoo:{model}" for model in zoo.ZOO_MODELS)]
+    for family in families.FAMILIES:
+        listed.append(f"family:{family}")
+        listed += [f"family:{family}/{split}" for split in families.SPLITS if split != "all"]
+        listed += [f"family:{family}/{i}" for i in range(families.FAMILY_SIZE)]
+    return listed
 
 
 def load_file(path: str | os.PathLike) -> Graph:
@@ -60,10 +80,31 @@ def resolve_graph(spec: str) -> Graph:
         try:
             return _BUILDERS[kind](args)
         except ValueError as err:
-            raise ValueError(f"bad graph {spec!r}: {err}; expected {_FORMS}") from None
+            raise _bad(spec, err) from None
     if not Path(spec).is_file():
         raise ValueError(f"graph {spec!r} is not a built-in graph or an existing file; {_FORMS}")
     return load_file(spec)
+
+
+def _family_group(
+    spec: str, family: str, split: str | None, seed: str | None
+) -> list[tuple[str, Graph]]:
+    from placeto_jax.graphs import families  # imports Flax and optax, so only when asked
+
+    try:
+        return families.family_graphs(family, split or "all", int(seed or 0))
+    except ValueError as err:
+        raise _bad(spec, err) from None
+
+
+def _bad(spec: str, err: ValueError) -> ValueError:
+    """The error for a malformed built-in spec; zoo and family names suggest close matches."""
+    message = f"bad graph {spec!r}: {err}; expected {_FORMS}"
+    if spec.startswith(("zoo:", "family:")):
+        close = difflib.get_close_matches(spec, [n for n in names() if n != spec], n=3)
+        if close:
+            message += f"; did you mean {', '.join(close)}?"
+    return ValueError(message)
 
 
 def _example(args: list[str]) -> Graph:
@@ -98,6 +139,9 @@ def _zoo(args: list[str]) -> Graph:
 def _family(args: list[str]) -> Graph:
     from placeto_jax.graphs import families  # imports Flax and optax, so only when asked
 
+    group = _GROUP.fullmatch("family:" + ":".join(args))
+    if group and group[2] in (None, *families.SPLITS):
+        raise ValueError("a family or split names a list of graphs, loaded by `load`")
     family, slash, index = args[0].partition("/") if args else ("", "", "")
     if not slash or len(args) > 2:
         raise ValueError(f"family takes F/I[:SEED] with F one of {', '.join(families.FAMILIES)}")
@@ -111,6 +155,7 @@ def _integer(text: str, what: str, minimum: int) -> int:
     return int(text)
 
 
+_GROUP = re.compile(r"family:([^/:]+)(?:/([a-z]+))?(?::([0-9]+))?")
 _BUILDERS: dict[str, Callable[[list[str]], Graph]] = {
     "example": _example,
     "layered": _layered,
