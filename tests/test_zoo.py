@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -16,6 +17,9 @@ TINY = {
     "transformer": {"batch": 2, "seq": 8, "layers": 1, "d": 32, "heads": 2, "ff": 64, "vocab": 50},
     "bert_base": {"batch": 2, "seq": 8, "layers": 1, "d": 32, "heads": 2, "ff": 64, "vocab": 50},
     "inception_v3": {"batch": 1, "image": 75, "width_div": 16, "classes": 10},
+    "nmt": {"batch": 2, "steps": 5, "layers": 2, "hidden": 8, "vocab": 20},
+    "gnmt": {"batch": 2, "steps": 4, "layers": 4, "hidden": 8, "vocab": 20},
+    "nasnet": {"batch": 1, "image": 32, "filters": 8, "cells_per_stack": 1, "classes": 10},
 }
 TARGET = 40
 
@@ -65,6 +69,56 @@ def test_inception_branches_are_parallel():
     for u in convs:
         for v in convs:
             assert u == v or not graph.is_ancestor(u, v)
+
+
+def _step_scopes(graph: Graph, name: str, model: str) -> set[str]:
+    """The forward per-step scopes (`<cell>_t<step>`) of a seq2seq zoo model."""
+    prefix = f"zoo:{name}/jvp({model})/"
+    scopes = {n[len(prefix) :].split("/")[0] for n in graph.names if n.startswith(prefix)}
+    return {s for s in scopes if re.fullmatch(r"\w+_t\d\d", s)}
+
+
+def test_nmt_unrolls_every_step_of_every_layer():
+    graph = _tiny("nmt")[0]
+    scopes = _step_scopes(graph, "nmt", "Nmt")
+    kinds = ("enc0", "enc1", "dec0", "dec1", "attention", "softmax")
+    assert scopes == {f"{k}_t{t:02d}" for k in kinds for t in range(TINY["nmt"]["steps"])}
+    assert any("/transpose(jvp(Nmt))/dec1_t04/" in n for n in graph.names)
+
+
+def test_gnmt_has_bidirectional_residual_layers():
+    graph = _tiny("gnmt")[0]
+    scopes = _step_scopes(graph, "gnmt", "Gnmt")
+    cells = ("enc0_fw", "enc0_bw", "enc1", "enc2", "enc3", "dec0", "dec1", "dec2", "dec3")
+    assert scopes == {f"{c}_t{t:02d}" for c in (*cells, "attention", "softmax") for t in range(4)}
+    first_fw = graph.index("zoo:gnmt/jvp(Gnmt)/enc0_fw_t00/enc0_fw/tanh")
+    first_bw = graph.index("zoo:gnmt/jvp(Gnmt)/enc0_bw_t00/enc0_bw/tanh")
+    last_bw = graph.index("zoo:gnmt/jvp(Gnmt)/enc0_bw_t03/enc0_bw/tanh")
+    assert graph.is_ancestor(last_bw, first_bw) and not graph.is_ancestor(first_fw, first_bw)
+    assert any(n.startswith("zoo:gnmt/jvp(Gnmt)/enc2_t00/enc2/add") for n in graph.names)
+
+
+def test_nasnet_has_normal_and_reduction_cells():
+    graph = _tiny("nasnet")[0]
+    prefix = "zoo:nasnet/jvp(NasNetA)/"
+    cells = {n[len(prefix) :].split("/")[0] for n in graph.names if n.startswith(prefix)}
+    expected = {"stem_cell0", "stem_cell1", "reduction1", "reduction2", "cell0_0", "cell2_0"}
+    assert expected <= cells
+
+    def kinds(cell: str) -> set[str]:
+        return {graph.op_types[i] for i, n in enumerate(graph.names) if f"/{cell}/" in n}
+
+    assert {"conv_general_dilated", "reduce_window_sum", "concatenate"} <= kinds("cell0_0")
+    assert "reduce_window_max" not in kinds("cell0_0")
+    assert "reduce_window_max" in kinds("reduction1")
+    separable = {
+        "cell0_0": {"b0_left", "b0_right", "b1_left", "b1_right", "b4_left"},
+        "reduction1": {"b0_left", "b0_right", "b1_right", "b2_right", "b4_left"},
+    }
+    for cell, branches in separable.items():
+        scopes = {n.split("/")[3] for n in graph.names if f"jvp(NasNetA)/{cell}/" in n}
+        dw = {s.removesuffix("_dw0") for s in scopes if s.endswith("_dw0")}
+        assert dw == branches
 
 
 def test_cache_round_trip(tmp_path, monkeypatch):
@@ -123,3 +177,5 @@ def test_every_model_is_described():
 def test_full_size_model(name):
     graph, grouping = zoo.zoo_op_graph(name)
     _check_grouping(name, graph, grouping, 500)
+    if name == "nmt":
+        assert len(_step_scopes(graph, "nmt", "Nmt")) == 6 * 30

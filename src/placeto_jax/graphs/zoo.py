@@ -46,6 +46,7 @@ CACHE_ENV = "PLACETO_JAX_CACHE"
 DEFAULT_CACHE = Path("~/.cache/placeto_jax/zoo")
 
 Sizes = Mapping[str, Any]
+Carry = tuple[jax.Array, jax.Array]
 
 
 # ---------------------------------------------------------------------- ResNet-50
@@ -290,6 +291,266 @@ class Bert(nn.Module):
         return embed.attend(y)
 
 
+# ---------------------------------------------------------------------- NMT and GNMT
+_INIT = nn.initializers.lecun_normal()
+
+
+class LSTMCell(nn.Module):
+    """One LSTM step written with plain matmuls (fast to trace) on the concatenated `inputs`;
+    `carry` (c, h) is zeros when None. Returns the new carry and the output: h, plus `inputs[0]`
+    when `residual`."""
+
+    hidden: int
+    residual: bool = False
+
+    @nn.compact
+    def __call__(self, inputs: Sequence[jax.Array], carry: Carry | None) -> tuple[Carry, jax.Array]:
+        x = jnp.concatenate(inputs, axis=-1) if len(inputs) > 1 else inputs[0]
+        if carry is None:
+            zeros = jnp.zeros((x.shape[0], self.hidden), jnp.float32)
+            carry = zeros, zeros
+        c, h = carry
+        n = 4 * self.hidden
+        wx = self.param("wx", _INIT, (x.shape[-1], n), jnp.float32)
+        wh = self.param("wh", _INIT, (self.hidden, n), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (n,), jnp.float32)
+        i, f, g, o = jnp.split(x @ wx + h @ wh + bias, 4, axis=-1)
+        c = nn.sigmoid(f) * c + nn.sigmoid(i) * jnp.tanh(g)
+        h = nn.sigmoid(o) * jnp.tanh(c)
+        return (c, h), h + inputs[0] if self.residual else h
+
+
+def _cell_step(
+    cell: LSTMCell, t: int, inputs: Sequence[jax.Array], carry: Carry | None
+) -> tuple[Carry, jax.Array]:
+    """`cell` at step `t`, in the named scope `<cell>_t<t>` (one scope per layer and step)."""
+    with jax.named_scope(f"{cell.name}_t{t:02d}"):
+        return cell(inputs, carry)
+
+
+def _run_layer(
+    cell: LSTMCell, xs: list[Sequence[jax.Array]], reverse: bool = False
+) -> list[jax.Array]:
+    """Unrolls `cell` over the step inputs `xs` (last to first if `reverse`): its outputs."""
+    carry, outputs = None, [xs[0][0]] * len(xs)
+    for t in reversed(range(len(xs))) if reverse else range(len(xs)):
+        carry, outputs[t] = _cell_step(cell, t, xs[t], carry)
+    return outputs
+
+
+def _embed_steps(tokens: jax.Array, vocab: int, d: int, name: str) -> list[jax.Array]:
+    """Embeds tokens [B, T] and splits them into T steps [B, d], all in the scope `name`."""
+    with jax.named_scope(name):
+        x = nn.Embed(vocab, d, name=name)(tokens)
+        return [x[:, t] for t in range(tokens.shape[1])]
+
+
+def _zeros_in(x: jax.Array, scope: str) -> jax.Array:
+    """Zeros like `x`, made in the named scope `scope`."""
+    with jax.named_scope(scope):
+        return jnp.zeros_like(x)
+
+
+def _stack(steps: list[jax.Array]) -> jax.Array:
+    """[B, ...] per step -> [B, T, ...]."""
+    return jnp.concatenate([x[:, None] for x in steps], axis=1)
+
+
+def _attend(scores: jax.Array, memory: jax.Array) -> jax.Array:
+    """Softmax over the source steps of scores [B, S], then the context [B, H]."""
+    return jnp.einsum("bs,bsh->bh", nn.softmax(scores), memory)
+
+
+class Nmt(nn.Module):
+    """Placeto's NMT: an LSTM encoder and an LSTM decoder with Luong attention (general score;
+    the attentional state tanh(W_c [context; h]) feeds the softmax and the next step's input)."""
+
+    layers: int
+    hidden: int
+    vocab: int
+
+    @nn.compact
+    def __call__(self, tokens: tuple[jax.Array, jax.Array]) -> jax.Array:
+        src, tgt = tokens
+        h = self.hidden
+        xs = _embed_steps(src, self.vocab, h, "src_embed")
+        for k in range(self.layers):
+            xs = _run_layer(LSTMCell(h, name=f"enc{k}"), [[x] for x in xs])
+        w_score = self.param("attention_score", _INIT, (h, h), jnp.float32)
+        w_out = self.param("attention_out", _INIT, (2 * h, h), jnp.float32)
+        with jax.named_scope("attention_keys"):
+            memory = _stack(xs)
+            keys = memory @ w_score
+        cells = [LSTMCell(h, name=f"dec{k}") for k in range(self.layers)]
+        carries: list[Carry | None] = [None] * self.layers
+        project = nn.Dense(self.vocab, name="softmax")
+        ys = _embed_steps(tgt, self.vocab, h, "tgt_embed")
+        feed, logits = _zeros_in(ys[0], "tgt_embed"), []
+        for t, y in enumerate(ys):
+            inputs = [y, feed]
+            for k, cell in enumerate(cells):
+                carries[k], x = _cell_step(cell, t, inputs, carries[k])
+                inputs = [x]
+            with jax.named_scope(f"attention_t{t:02d}"):
+                context = _attend(jnp.einsum("bh,bsh->bs", x, keys), memory)
+                feed = jnp.tanh(jnp.concatenate([context, x], axis=-1) @ w_out)
+            with jax.named_scope(f"softmax_t{t:02d}"):
+                logits.append(project(feed))
+        with jax.named_scope("logits"):
+            return _stack(logits)
+
+
+class Gnmt(nn.Module):
+    """GNMT-style: bidirectional first encoder layer, residual connections from the third layer
+    on (encoder and decoder), Bahdanau (additive) attention queried by the bottom decoder layer
+    with its context fed to every other decoder layer (and to the bottom one at the next step),
+    softmax on the top decoder layer."""
+
+    layers: int
+    hidden: int
+    vocab: int
+
+    @nn.compact
+    def __call__(self, tokens: tuple[jax.Array, jax.Array]) -> jax.Array:
+        src, tgt = tokens
+        h = self.hidden
+        xs = [[x] for x in _embed_steps(src, self.vocab, h, "src_embed")]
+        forward = _run_layer(LSTMCell(h, name="enc0_fw"), xs)
+        backward = _run_layer(LSTMCell(h, name="enc0_bw"), xs, reverse=True)
+        xs = [[f, b] for f, b in zip(forward, backward, strict=True)]
+        for k in range(1, self.layers):
+            xs = [[x] for x in _run_layer(LSTMCell(h, k >= 2, name=f"enc{k}"), xs)]
+        w_query = self.param("attention_query", _INIT, (h, h), jnp.float32)
+        v = self.param("attention_v", nn.initializers.normal(h**-0.5), (h,), jnp.float32)
+        with jax.named_scope("attention_keys"):
+            memory = _stack([x[0] for x in xs])
+            keys = nn.Dense(h, use_bias=False, name="attention_keys")(memory)
+        cells = [LSTMCell(h, k >= 2, name=f"dec{k}") for k in range(self.layers)]
+        carries: list[Carry | None] = [None] * self.layers
+        project = nn.Dense(self.vocab, name="softmax")
+        ys = _embed_steps(tgt, self.vocab, h, "tgt_embed")
+        context, logits = _zeros_in(ys[0], "tgt_embed"), []
+        for t, y in enumerate(ys):
+            carries[0], x = _cell_step(cells[0], t, [y, context], carries[0])
+            with jax.named_scope(f"attention_t{t:02d}"):
+                context = _attend(jnp.tanh(keys + (x @ w_query)[:, None]) @ v, memory)
+            for k in range(1, self.layers):
+                carries[k], x = _cell_step(cells[k], t, [x, context], carries[k])
+            with jax.named_scope(f"softmax_t{t:02d}"):
+                logits.append(project(x))
+        with jax.named_scope("logits"):
+            return _stack(logits)
+
+
+# ---------------------------------------------------------------------- NASNet-A
+CellSpec = tuple[tuple[tuple[str, int], tuple[str, int]], ...]
+# The published NASNet-A cells (Zoph et al. 2018, as in TF-slim's nasnet_utils): per block, the
+# (operation, input state) of its two branches, which are added. State 0 is the cell input after
+# a 1x1 conv, state 1 the previous cell's output, state 2 + i block i.
+NORMAL_CELL: CellSpec = (
+    (("sep5x5", 0), ("sep3x3", 1)),
+    (("sep5x5", 1), ("sep3x3", 1)),
+    (("avg3x3", 0), ("identity", 1)),
+    (("avg3x3", 1), ("avg3x3", 1)),
+    (("sep3x3", 0), ("identity", 0)),
+)
+REDUCTION_CELL: CellSpec = (
+    (("sep5x5", 0), ("sep7x7", 1)),
+    (("max3x3", 0), ("sep7x7", 1)),
+    (("avg3x3", 0), ("sep5x5", 1)),
+    (("identity", 3), ("avg3x3", 2)),
+    (("sep3x3", 2), ("max3x3", 0)),
+)
+NORMAL_CONCAT = (1, 2, 3, 4, 5, 6)
+REDUCTION_CONCAT = (3, 4, 5, 6)
+
+
+def _separable(x: jax.Array, features: int, kernel: int, strides: int, name: str) -> jax.Array:
+    """NASNet's separable op, twice: ReLU, depthwise k x k (strided the first time), pointwise
+    1x1, BatchNorm."""
+    for i in range(2):
+        channels = x.shape[-1]
+        x = nn.Conv(
+            channels,
+            (kernel, kernel),
+            strides if i == 0 else 1,
+            "SAME",
+            feature_group_count=channels,
+            use_bias=False,
+            name=f"{name}_dw{i}",
+        )(nn.relu(x))
+        x = nn.Conv(features, (1, 1), use_bias=False, name=f"{name}_pw{i}")(x)
+        x = nn.BatchNorm(use_running_average=False, name=f"{name}_bn{i}")(x)
+    return x
+
+
+def _nas_op(op: str, x: jax.Array, features: int, strides: int, name: str) -> jax.Array:
+    """One branch of a NASNet block: a separable conv, a 3x3 pool or the identity."""
+    if op.startswith("sep"):
+        return _separable(x, features, int(op[3]), strides, name)
+    if op == "avg3x3":
+        return nn.avg_pool(x, (3, 3), (strides, strides), "SAME")
+    if op == "max3x3":
+        return nn.max_pool(x, (3, 3), (strides, strides), "SAME")
+    return x
+
+
+def _relu_conv_bn(x: jax.Array, features: int, strides: int, name: str) -> jax.Array:
+    """ReLU, then a 1x1 conv (no bias) with BatchNorm."""
+    return _conv_bn(nn.relu(x), features, (1, 1), strides, name, relu=False)
+
+
+class NasCell(nn.Module):
+    """A NASNet-A cell on (input, previous cell's output): returns (output, input). In a
+    reduction cell the branches on states 0 and 1 have stride 2."""
+
+    filters: int
+    reduction: bool
+
+    @nn.compact
+    def __call__(self, x: jax.Array, prev: jax.Array) -> tuple[jax.Array, jax.Array]:
+        f = self.filters
+        if prev.shape[1] != x.shape[1]:
+            prev = _relu_conv_bn(prev, f, 2, "prev")
+        elif prev.shape[-1] != f:
+            prev = _relu_conv_bn(prev, f, 1, "prev")
+        states = [_relu_conv_bn(x, f, 1, "base"), prev]
+        spec, concat = (
+            (REDUCTION_CELL, REDUCTION_CONCAT) if self.reduction else (NORMAL_CELL, NORMAL_CONCAT)
+        )
+        for i, branches in enumerate(spec):
+            outs = []
+            for side, (op, j) in zip(("left", "right"), branches, strict=True):
+                strides = 2 if self.reduction and j < 2 else 1
+                outs.append(_nas_op(op, states[j], f, strides, f"b{i}_{side}"))
+            states.append(outs[0] + outs[1])
+        return jnp.concatenate([states[j] for j in concat], axis=-1), x
+
+
+class NasNetA(nn.Module):
+    """NASNet-A (ImageNet layout, as NASNet-A Mobile): 3x3/2 stem conv, two reduction stem cells
+    (filters / 4, filters / 2), three stacks of normal cells with reduction cells between them
+    (filters doubling), ReLU, average pool, dense head; no auxiliary head, no drop path."""
+
+    filters: int
+    cells_per_stack: int
+    classes: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = _conv_bn(x, 32, (3, 3), 2, "stem", relu=False, padding="VALID")
+        prev = x
+        for i, div in enumerate((4, 2)):
+            x, prev = NasCell(self.filters // div, True, name=f"stem_cell{i}")(x, prev)
+        for stack in range(3):
+            f = self.filters * 2**stack
+            if stack:
+                x, prev = NasCell(f, True, name=f"reduction{stack}")(x, prev)
+            for c in range(self.cells_per_stack):
+                x, prev = NasCell(f, False, name=f"cell{stack}_{c}")(x, prev)
+        return nn.Dense(self.classes, name="head")(nn.relu(x).mean(axis=(1, 2)))
+
+
 # ---------------------------------------------------------------------- the training step
 @dataclasses.dataclass(frozen=True)
 class TrainStep:
@@ -345,6 +606,13 @@ def _inception(s: Sizes) -> TrainStep:
     return train_step(model, images, _spec((s["batch"],), jnp.int32), optax.sgd(0.1, 0.9))
 
 
+def _nasnet(s: Sizes) -> TrainStep:
+    model = NasNetA(s["filters"], s["cells_per_stack"], s["classes"])
+    images = _spec((s["batch"], s["image"], s["image"], 3))
+    labels = _spec((s["batch"],), jnp.int32)
+    return train_step(model, images, labels, optax.rmsprop(0.01, 0.9, 1.0, momentum=0.9))
+
+
 def _lm(s: Sizes) -> TrainStep:
     model = TransformerLM(s["layers"], s["d"], s["heads"], s["ff"], s["vocab"])
     tokens = _spec((s["batch"], s["seq"]), jnp.int32)
@@ -355,6 +623,17 @@ def _bert(s: Sizes) -> TrainStep:
     model = Bert(s["layers"], s["d"], s["heads"], s["ff"], s["vocab"])
     tokens = _spec((s["batch"], s["seq"]), jnp.int32)
     return train_step(model, tokens, tokens, optax.adam(1e-4))
+
+
+def _seq2seq(model_cls: type[nn.Module]) -> Callable[[Sizes], TrainStep]:
+    """The builder of a seq2seq model: source and target input [B, steps], labels [B, steps]."""
+
+    def build(s: Sizes) -> TrainStep:
+        model = model_cls(s["layers"], s["hidden"], s["vocab"])
+        tokens = _spec((s["batch"], s["steps"]), jnp.int32)
+        return train_step(model, (tokens, tokens), tokens, optax.adam(1e-3))
+
+    return build
 
 
 # ---------------------------------------------------------------------- the zoo
@@ -387,6 +666,21 @@ ZOO_MODELS: dict[str, ZooModel] = {
         "Inception-V3 (stem, 3x A, B, 4x C, D, 2x E, head; no auxiliary head), SGD with momentum",
         {"batch": 64, "image": 299, "width_div": 1, "classes": 1000},
         _inception,
+    ),
+    "nmt": ZooModel(
+        "NMT: 2-layer LSTM encoder and decoder, Luong attention, 30 steps unrolled, Adam",
+        {"batch": 128, "steps": 30, "layers": 2, "hidden": 1024, "vocab": 32000},
+        _seq2seq(Nmt),
+    ),
+    "gnmt": ZooModel(
+        "GNMT-style 4+4-layer LSTM seq2seq (bidirectional, residual), Bahdanau attention, Adam",
+        {"batch": 128, "steps": 30, "layers": 4, "hidden": 1024, "vocab": 32000},
+        _seq2seq(Gnmt),
+    ),
+    "nasnet": ZooModel(
+        "NASNet-A Mobile (ImageNet 224, 4 normal cells per stack, 44 filters), RMSProp",
+        {"batch": 32, "image": 224, "filters": 44, "cells_per_stack": 4, "classes": 1000},
+        _nasnet,
     ),
 }
 
