@@ -233,3 +233,11 @@ def test_a_list_name_is_not_one_graph():
     with pytest.raises(ValueError, match="names a list of graphs") as info:
         resolve_graph("family:ptb/train")
     assert "did you mean family:ptb/train" not in str(info.value)
+
+
+def test_builtin_help_lists_every_zoo_model():
+    from placeto_jax.graphs.zoo import ZOO_MODELS
+
+    listed = BUILTIN_GRAPHS.replace("\n", " ").replace(" ", "")
+    for model in ZOO_MODELS:
+        assert model in listed

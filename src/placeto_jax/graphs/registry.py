@@ -22,7 +22,8 @@ built-in graphs:
   layered:N[:SEED]       random layered DAG of N ops (seed 0 by default)
   cnn[:MODULES[:SEED]]   Inception-like training graph (10 modules, seed 0 by default)
   zoo:MODEL              a traced Flax training step, grouped to 500 nodes and cached
-                         (resnet50, transformer, bert_base, inception_v3)
+                         (resnet50, transformer, bert_base, inception_v3, nmt, gnmt,
+                         nasnet)
   family:F/I[:SEED]      graph I (0-31) of the ENAS-style family F (cifar10, ptb, nmt);
                          indices 0-23 are the train split, 24-31 the test split
                          (`load` also takes family:F[/SPLIT][:SEED] for a list of graphs)
