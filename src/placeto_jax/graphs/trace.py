@@ -1,4 +1,4 @@
-"""Trace a JAX function into a placement `Graph`, costed by the analytic roofline model.
+"""Trace a JAX function into a placement `Graph`, costed by the roofline model or by timing.
 
 `from_jax` reads `jax.make_jaxpr(fn)(*example_args)` (nothing is executed; example arguments may
 be `jax.ShapeDtypeStruct`s) and makes one op per primitive equation:
@@ -17,9 +17,12 @@ be `jax.ShapeDtypeStruct`s) and makes one op per primitive equation:
 - Other primitives with bodies (`shard_map`, `custom_linear_solve`, ...) are one op priced by
   the cost model's fallback (bytes only, with a warning).
 Costs are µs on `device` (`placeto_jax.graphs.costs`). A loop op's cost includes every launch
-overhead of its body. Names come from each equation's name stack (Flax module paths, `jax.jit`
-function names, `jax.named_scope`s; AD renders as `jvp(...)`/`transpose(...)`) joined with `/`
-and ending with the primitive name; a repeated name gets `_1`, `_2`, ... appended.
+overhead of its body. With `cost_model="measure"`, each op is instead timed on the current JAX
+backend (`placeto_jax.graphs.measure`): loop and branch ops are run as a whole, unrolled scan
+bodies op by op; an op that cannot run on its own falls back to the roofline with a warning.
+Names come from each equation's name stack (Flax module paths, `jax.jit` function names,
+`jax.named_scope`s; AD renders as `jvp(...)`/`transpose(...)`) joined with `/` and ending with
+the primitive name; a repeated name gets `_1`, `_2`, ... appended.
 
 Edges are data dependencies between equations. The function's inputs are not ops; literals and
 constants are not edges, so equations reading nothing else (iota, broadcast constants) are roots.
@@ -33,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,6 +46,9 @@ from jax.extend import core as jex_core
 
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.costs import DeviceSpec, device_spec, nbytes, op_cost_us
+from placeto_jax.graphs.measure import cache_path, load_cache, measure_eqn_us, save_cache
+
+COST_MODELS = ("roofline", "measure")
 
 # Call primitives whose body is inlined, and the parameter holding the body.
 CALLS: dict[str, str] = {
@@ -77,22 +85,33 @@ def from_jax(
     unroll_loops: bool = False,
     param_argnums: int | Sequence[int] = (),
     name: str | None = None,
+    cache: str | os.PathLike | None = None,
 ) -> Graph:
     """The placement graph of `fn` applied to `example_args` (see the module docstring).
 
     `device` is a cluster preset name (or a `DeviceSpec`) whose roofline prices the ops: costs
     are µs on that device. Simulate on the same preset with `speed=1.0`, or trace on the default
     `placeto-k80` and let a preset's `speed` scale the costs (the simulator divides by it).
-    `name` prefixes every op name. Raises ValueError for an unknown cost model or device, a bad
-    `param_argnums`, or a function without any operation."""
-    if cost_model != "roofline":
-        raise ValueError(f"unknown cost model {cost_model!r}; the only one is 'roofline'")
+    `cost_model="measure"` times the ops on the current backend instead (`device` then only
+    prices fallbacks), reading and updating the op time cache at `cache` (default: see
+    `placeto_jax.graphs.measure.cache_path`) once per call. `name` prefixes every op name.
+    Raises ValueError for an unknown cost model or device, a bad `param_argnums`, or a function
+    without any operation."""
+    if cost_model not in COST_MODELS:
+        raise ValueError(f"unknown cost model {cost_model!r}; choose one of {COST_MODELS}")
     spec = device_spec(device)
     closed = jax.make_jaxpr(fn)(*example_args)
     is_param = _param_leaves(example_args, param_argnums)
-    builder = _Builder(spec, unroll_loops)
     inputs = [_Deps(params=frozenset({i})) if p else _NONE for i, p in enumerate(is_param)]
-    builder.walk(closed.jaxpr, inputs, name or "")
+    if cost_model == "roofline":
+        builder = _Builder(functools.partial(eqn_cost, spec=spec), unroll_loops)
+        builder.walk(closed.jaxpr, inputs, name or "")
+    else:
+        path = cache_path(cache)
+        times = load_cache(path)
+        builder = _Builder(functools.partial(_measured_cost, spec=spec, times=times), unroll_loops)
+        builder.walk(closed.jaxpr, inputs, name or "")
+        save_cache(path, times)
     if not builder.cost:
         raise ValueError("the traced function has no operations to place")
     sizes = [nbytes(v.aval) for v in closed.jaxpr.invars]
@@ -155,11 +174,24 @@ def eqn_cost(eqn: jex_core.JaxprEqn, spec: DeviceSpec) -> float:
     return op_cost_us(prim, params, ins, outs, spec)
 
 
+def _measured_cost(eqn: jex_core.JaxprEqn, spec: DeviceSpec, times: dict[str, float]) -> float:
+    """Measured µs of `eqn` (cached in `times`), or its roofline cost if it cannot run alone."""
+    try:
+        return measure_eqn_us(eqn, cache=times)
+    except Exception as err:  # any primitive may refuse to run on its own
+        warnings.warn(
+            f"cannot time primitive {eqn.primitive.name!r} on its own ({err}); "
+            "using its roofline cost",
+            stacklevel=2,
+        )
+        return eqn_cost(eqn, spec)
+
+
 class _Builder:
     """Accumulates ops while walking nested jaxprs (used only inside `from_jax`)."""
 
-    def __init__(self, spec: DeviceSpec, unroll_loops: bool) -> None:
-        self.spec = spec
+    def __init__(self, cost_fn: Callable[[jex_core.JaxprEqn], float], unroll_loops: bool) -> None:
+        self.cost_fn = cost_fn  # µs of one equation
         self.unroll_loops = unroll_loops
         self.cost: list[float] = []  # [N] µs
         self.out_bytes: list[float] = []  # [N] bytes
@@ -211,7 +243,7 @@ class _Builder:
     def add_op(self, eqn: jex_core.JaxprEqn, scope: str, deps: _Deps) -> int:
         """Add `eqn` as one op reading `deps`; return its index."""
         v = len(self.cost)
-        self.cost.append(eqn_cost(eqn, self.spec))
+        self.cost.append(self.cost_fn(eqn))
         self.out_bytes.append(sum(nbytes(o.aval) for o in eqn.outvars))
         self.names.append(self._unique(_scope(scope, eqn.primitive.name)))
         self.op_types.append(eqn.primitive.name)
