@@ -303,3 +303,15 @@ def test_unknown_primitive_falls_back_to_bytes_and_warns_once():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         from_jax(fn, x)  # already warned about in this process
+
+
+def test_untraceable_function_is_one_value_error():
+    def branchy(x):
+        if x.sum() > 0:  # Python control flow on a traced value
+            return x
+        return -x
+
+    with pytest.raises(ValueError, match=r"cannot trace .*branchy: TracerBoolConversionError"):
+        from_jax(branchy, jnp.ones(3))
+    with pytest.raises(ValueError, match=r"cannot trace .*AttributeError"):
+        from_jax(lambda x: x.nonexistent, jnp.ones(3))

@@ -95,12 +95,13 @@ def from_jax(
     `cost_model="measure"` times the ops on the current backend instead (`device` then only
     prices fallbacks), reading and updating the op time cache at `cache` (default: see
     `placeto_jax.graphs.measure.cache_path`) once per call. `name` prefixes every op name.
-    Raises ValueError for an unknown cost model or device, a bad `param_argnums`, or a function
-    without any operation."""
+    Raises ValueError for an unknown cost model or device, a bad `param_argnums`, a function
+    that JAX cannot trace (data-dependent Python control flow, a wrong argument: the message
+    names the function and JAX's error), or a function without any operation."""
     if cost_model not in COST_MODELS:
         raise ValueError(f"unknown cost model {cost_model!r}; choose one of {COST_MODELS}")
     spec = device_spec(device)
-    closed = jax.make_jaxpr(fn)(*example_args)
+    closed = _trace(fn, example_args)
     is_param = _param_leaves(example_args, param_argnums)
     inputs = [_Deps(params=frozenset({i})) if p else _NONE for i, p in enumerate(is_param)]
     if cost_model == "roofline":
@@ -123,6 +124,16 @@ def from_jax(
         names=builder.names,
         op_types=builder.op_types,
     )
+
+
+def _trace(fn: Callable, example_args: tuple) -> jex_core.ClosedJaxpr:
+    """`jax.make_jaxpr(fn)(*example_args)`, with tracing failures as one ValueError."""
+    try:
+        return jax.make_jaxpr(fn)(*example_args)
+    except Exception as err:  # any failure inside the user's function
+        label = getattr(fn, "__qualname__", repr(fn))
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ValueError(f"cannot trace {label}: {type(err).__name__}: {first}") from err
 
 
 def _param_leaves(args: Sequence[Any], argnums: int | Sequence[int]) -> list[bool]:
