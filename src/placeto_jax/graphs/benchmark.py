@@ -48,7 +48,7 @@ from collections.abc import Callable
 import numpy as np
 
 from placeto_jax.graphs.core import Graph
-from placeto_jax.graphs.io import read_json
+from placeto_jax.graphs.io import parse_json_file
 
 MS_TO_US = 1e3
 TRANSFER_BANDWIDTH = 2**31 / 1e6  # bytes/µs: the 2 GiB/s host link behind the files' edge costs
@@ -79,11 +79,7 @@ class BenchmarkGraph:
 
 def load_benchmark(path: str | os.PathLike) -> BenchmarkGraph:
     """Read a benchmark graph file. Raises ValueError naming the file and the field or node."""
-    doc = read_json(path)
-    try:
-        return benchmark_from_dict(doc)
-    except ValueError as err:
-        raise ValueError(f"{os.fspath(path)}: {err}") from None
+    return parse_json_file(path, benchmark_from_dict)
 
 
 def benchmark_from_dict(doc: object) -> BenchmarkGraph:
@@ -138,11 +134,7 @@ def load_expert_split(path: str | os.PathLike, benchmark: BenchmarkGraph) -> np.
     naming the file and entry, for: a node id not in the graph, a node named twice, a node on an
     accelerator >= maxFPGAs, nodes in `cpus` (this project places ops on accelerators only), or
     members of one co-location group on different accelerators."""
-    doc = read_json(path)
-    try:
-        return expert_split_from_dict(doc, benchmark)
-    except ValueError as err:
-        raise ValueError(f"{os.fspath(path)}: {err}") from None
+    return parse_json_file(path, lambda doc: expert_split_from_dict(doc, benchmark))
 
 
 def expert_split_from_dict(doc: object, benchmark: BenchmarkGraph) -> np.ndarray:

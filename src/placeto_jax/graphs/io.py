@@ -50,9 +50,12 @@ import reprlib
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from placeto_jax.files import atomic_write
 from placeto_jax.graphs.core import Graph
+
+T = TypeVar("T")
 
 FORMAT = "placeto-jax-graph"
 VERSION = 1
@@ -72,11 +75,16 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
 
 def load_graph(path: str | os.PathLike) -> Graph:
     """Read a graph file. Raises ValueError naming the file and the problem."""
+    return parse_json_file(path, graph_from_dict)
+
+
+def parse_json_file(path: str | os.PathLike, parse: Callable[[object], T]) -> T:
+    """`parse` the JSON document in `path`; any ValueError gets the file name in front."""
     doc = read_json(path)
     try:
-        return graph_from_dict(doc)
+        return parse(doc)
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise ValueError(f"{os.fspath(path)}: {err}") from None
 
 
 def graph_to_dict(graph: Graph) -> dict:

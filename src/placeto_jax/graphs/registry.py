@@ -14,7 +14,7 @@ from pathlib import Path
 from placeto_jax.graphs import generators
 from placeto_jax.graphs.benchmark import benchmark_from_dict
 from placeto_jax.graphs.core import Graph
-from placeto_jax.graphs.io import graph_from_dict, read_json
+from placeto_jax.graphs.io import graph_from_dict, parse_json_file
 
 BUILTIN_GRAPHS = """\
 built-in graphs:
@@ -63,13 +63,14 @@ def names() -> list[str]:
 
 def load_file(path: str | os.PathLike) -> Graph:
     """A graph file of either format. ValueError names the file and the problem."""
-    doc = read_json(path)
-    try:
-        if isinstance(doc, dict) and "format" not in doc and ("nodes" in doc or "maxFPGAs" in doc):
-            return benchmark_from_dict(doc).graph
-        return graph_from_dict(doc)
-    except ValueError as err:
-        raise ValueError(f"{os.fspath(path)}: {err}") from None
+    return parse_json_file(path, _graph_from_any)
+
+
+def _graph_from_any(doc: object) -> Graph:
+    """A parsed graph file of either format (told apart by its fields)."""
+    if isinstance(doc, dict) and "format" not in doc and ("nodes" in doc or "maxFPGAs" in doc):
+        return benchmark_from_dict(doc).graph
+    return graph_from_dict(doc)
 
 
 def resolve_graph(spec: str) -> Graph:
