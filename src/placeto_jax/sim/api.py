@@ -17,6 +17,7 @@ from placeto_jax.sim.result import SimResult
 from placeto_jax.sim.validate import check_placement
 
 _padded_cache: weakref.WeakKeyDictionary[Graph, PaddedGraph] = weakref.WeakKeyDictionary()
+_device_cache: weakref.WeakKeyDictionary[Graph, dict] = weakref.WeakKeyDictionary()
 
 
 def padded(graph: Graph) -> PaddedGraph:
@@ -24,6 +25,16 @@ def padded(graph: Graph) -> PaddedGraph:
     if graph not in _padded_cache:
         _padded_cache[graph] = pad_graph(graph)
     return _padded_cache[graph]
+
+
+def device_graph(graph: Graph) -> SimGraph:
+    """The default padding as device arrays in the current float dtype (cached per graph object,
+    so repeated `simulate` calls do not copy the graph to the device again)."""
+    dtype = jnp.result_type(float)
+    per_dtype = _device_cache.setdefault(graph, {})
+    if dtype not in per_dtype:
+        per_dtype[dtype] = SimGraph.from_padded(padded(graph), dtype)
+    return per_dtype[dtype]
 
 
 def sim_cluster(cluster: Cluster, float_dtype=None) -> SimCluster:
@@ -75,7 +86,10 @@ def simulate(
     rows = np.zeros((bucket(b, 1), pg.n_pad), dtype=np.int32)
     rows[:b, :n] = batch
     out = simulate_batch(
-        SimGraph.from_padded(pg), sim_cluster(cluster), jnp.asarray(rows), cluster.broadcast
+        device_graph(graph) if padding is None else SimGraph.from_padded(pg),
+        sim_cluster(cluster),
+        jnp.asarray(rows),
+        cluster.broadcast,
     )
     out = jax.device_get(out)
     result = SimResult(
