@@ -1,0 +1,264 @@
+"""Configuration of a Placeto run: frozen dataclasses, presets and `key=value` overrides.
+
+A run is reproducible from its `Config` and seed; the resolved config is saved next to every
+checkpoint (`to_dict`/`from_dict`), so a policy can be rebuilt from its checkpoint alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal
+
+Traversal = Literal["topological", "random"]
+InitialPlacement = Literal["random", "fixed", "single"]
+Normalize = Literal["none", "initial"]
+RewardGraph = Literal["grouped", "ops"]
+MessagePassing = Literal["radial", "sweep", "none"]
+Baseline = Literal["per-step", "none"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    """The MDP (docs/agent.md, ../shared/spec/placeto.md "MDP")."""
+
+    passes: int = 1  # visits of every node per episode
+    traversal: Traversal = "topological"
+    initial_placement: InitialPlacement = "random"  # per episode; "fixed": one per graph
+    fixed_placement_seed: int = 0  # seed of the "fixed" initial placements
+    normalize: Normalize = "none"  # "initial": runtimes divided by the episode's initial one
+    memory_penalty: float = 2.0  # runtime seconds added per GB over a device's memory
+    memory_penalty_cap: float = 10.0  # seconds, the most the penalty adds
+    memory_feature: bool = False  # add (param + output bytes) / max as a node feature
+    mask_out_of_memory: bool = False  # forbid devices whose memory the node would overflow
+    reward_graph: RewardGraph = "grouped"  # "ops": simulate the op graph, placement expanded
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:
+    """The graph-embedding policy (../shared/spec/placeto.md "Graph embedding and policy")."""
+
+    message_passing: MessagePassing = "radial"
+    rounds: int = 8  # radial rounds (ignored by "sweep" and "none")
+    width: int = 0  # node embedding width; 0: the feature count d = 5 + D (+1)
+    head_widths: tuple[int, ...] = ()  # hidden layers of the head; (): (16 d, 8 d)
+    per_device_parallel: bool = False  # pool the parallel nodes per device
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """REINFORCE over a batch of parallel episodes (../shared/spec/placeto.md "Training")."""
+
+    iterations: int = 200  # policy updates
+    episodes: int = 64  # parallel episodes per update, spread evenly over the graphs
+    learning_rate: float = 1e-3
+    final_learning_rate: float = 1e-4  # linear decay over `iterations`
+    grad_clip: float = 1.25  # global norm
+    entropy: float = 1e-2  # entropy weight at the start
+    final_entropy: float = 0.0  # reached linearly at `entropy_decay_fraction` of the run
+    entropy_decay_fraction: float = 0.5
+    baseline: Baseline = "per-step"
+    baseline_window: int = 10  # episodes per graph in the per-step baseline
+    grad_chunk: int = 0  # steps per gradient chunk (memory bound); 0: automatic
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The host loop: evaluation, logging and checkpoints."""
+
+    eval_every: int = 20  # iterations between greedy evaluations (and log lines)
+    checkpoint_every: int = 50  # iterations between checkpoints (and at the end)
+    buckets: tuple[int, ...] = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # padded node counts
+    group_target: int = 0  # coarsen graphs to at most this many nodes first; 0: no coarsening
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    n_devices: int = 4
+    cluster_preset: str = "placeto-k80"
+    seed: int = 0
+    env: EnvConfig = EnvConfig()
+    policy: PolicyConfig = PolicyConfig()
+    train: TrainConfig = TrainConfig()
+    run: RunConfig = RunConfig()
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # CPU-sized: small graphs, few rounds, a batch that a 2-core CPU steps through quickly.
+    "tiny": {
+        "env.normalize": "initial",
+        "policy.rounds": 3,
+        "train.iterations": 60,
+        "train.episodes": 48,
+        "train.learning_rate": 3e-3,
+        "train.final_learning_rate": 3e-4,
+        "train.entropy": 3e-2,
+        "run.eval_every": 10,
+        "run.checkpoint_every": 20,
+        "run.group_target": 48,
+    },
+    # The paper's settings (../shared/spec/placeto.md), for an accelerator.
+    "paper": {
+        "train.iterations": 2000,
+        "train.episodes": 256,
+        "run.eval_every": 50,
+        "run.checkpoint_every": 100,
+        "run.group_target": 0,
+    },
+}
+
+
+def validate(config: Config) -> None:
+    """ValueError naming the first bad field."""
+    checks = [
+        ("n_devices", config.n_devices >= 1, "must be >= 1"),
+        ("env.passes", config.env.passes >= 1, "must be >= 1"),
+        ("env.memory_penalty", config.env.memory_penalty >= 0, "must be >= 0"),
+        ("env.memory_penalty_cap", config.env.memory_penalty_cap >= 0, "must be >= 0"),
+        ("policy.rounds", config.policy.rounds >= 1, "must be >= 1"),
+        ("policy.width", config.policy.width >= 0, "must be >= 0"),
+        ("train.iterations", config.train.iterations >= 1, "must be >= 1"),
+        ("train.episodes", config.train.episodes >= 1, "must be >= 1"),
+        ("train.learning_rate", config.train.learning_rate > 0, "must be > 0"),
+        ("train.final_learning_rate", config.train.final_learning_rate > 0, "must be > 0"),
+        ("train.grad_clip", config.train.grad_clip > 0, "must be > 0"),
+        ("train.baseline_window", config.train.baseline_window >= 1, "must be >= 1"),
+        (
+            "train.entropy_decay_fraction",
+            0 < config.train.entropy_decay_fraction <= 1,
+            "must be in (0, 1]",
+        ),
+        ("train.grad_chunk", config.train.grad_chunk >= 0, "must be >= 0"),
+        ("run.eval_every", config.run.eval_every >= 1, "must be >= 1"),
+        ("run.checkpoint_every", config.run.checkpoint_every >= 1, "must be >= 1"),
+        ("run.buckets", len(config.run.buckets) > 0, "must not be empty"),
+        ("run.group_target", config.run.group_target >= 0, "must be >= 0"),
+    ]
+    for name, ok, why in checks:
+        if not ok:
+            raise ValueError(f"config {name} {why}")
+    for section, cls in (("env", EnvConfig), ("policy", PolicyConfig), ("train", TrainConfig)):
+        for field in dataclasses.fields(cls):
+            _check_literal(f"{section}.{field.name}", getattr(getattr(config, section), field.name))
+
+
+def _check_literal(name: str, value: Any) -> None:
+    hint = _hints(_owner(name))[name.split(".")[1]]
+    if typing.get_origin(hint) is Literal and value not in typing.get_args(hint):
+        raise ValueError(
+            f"config {name}={value!r} is not one of {', '.join(map(str, typing.get_args(hint)))}"
+        )
+
+
+def _owner(name: str) -> type:
+    return {"env": EnvConfig, "policy": PolicyConfig, "train": TrainConfig, "run": RunConfig}[
+        name.split(".")[0]
+    ]
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, globalns=globals())
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def from_dict(doc: dict[str, Any]) -> Config:
+    """Inverse of `to_dict`; unknown keys are an error (a config from another version)."""
+    sections = {"env": EnvConfig, "policy": PolicyConfig, "train": TrainConfig, "run": RunConfig}
+    top = {}
+    for key, value in doc.items():
+        if key in sections:
+            top[key] = _section(sections[key], key, value)
+        elif key in {f.name for f in dataclasses.fields(Config)}:
+            top[key] = value
+        else:
+            raise ValueError(f"unknown config key {key!r}")
+    return Config(**top)
+
+
+def _section(cls: type, name: str, values: dict[str, Any]) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"unknown config key {name}.{sorted(unknown)[0]}")
+    hints = _hints(cls)
+    return cls(**{k: _coerce(hints[k], v) for k, v in values.items()})
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    if typing.get_origin(hint) is tuple and isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def make_config(preset: str | None = None, overrides: list[str] = (), **top: Any) -> Config:
+    """A `Config` from a preset name, then `section.field=value` overrides (CLI `--set`), then
+    keyword arguments for the top-level fields (n_devices, cluster_preset, seed)."""
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; the presets are {', '.join(PRESETS)}")
+    settings = dict(PRESETS.get(preset, {}) if preset else {})
+    for item in overrides:
+        key, eq, text = item.partition("=")
+        if not eq:
+            raise ValueError(f"bad --set {item!r}: expected KEY=VALUE, e.g. train.episodes=128")
+        settings[key.strip()] = text.strip()
+    config = Config(**top)
+    return apply(config, settings)
+
+
+def apply(config: Config, settings: dict[str, Any]) -> Config:
+    """`config` with `section.field` (or top-level `field`) set to each value; strings are parsed
+    to the field's type."""
+    for key, value in settings.items():
+        section, dot, field = key.partition(".")
+        if not dot:
+            config = dataclasses.replace(config, **{section: _parse(Config, section, value, key)})
+            continue
+        if section not in ("env", "policy", "train", "run"):
+            raise ValueError(f"unknown config key {key!r}")
+        cls = _owner(key)
+        if field not in {f.name for f in dataclasses.fields(cls)}:
+            raise ValueError(f"unknown config key {key!r}")
+        inner = dataclasses.replace(
+            getattr(config, section), **{field: _parse(cls, field, value, key)}
+        )
+        config = dataclasses.replace(config, **{section: inner})
+    return config
+
+
+def _parse(cls: type, field: str, value: Any, key: str) -> Any:
+    hints = _hints(cls)
+    if field not in hints:
+        raise ValueError(f"unknown config key {key!r}")
+    hint = hints[field]
+    if not isinstance(value, str):
+        return value
+    try:
+        return _from_text(hint, value)
+    except ValueError:
+        raise ValueError(f"bad value {value!r} for config {key}") from None
+
+
+def _from_text(hint: Any, text: str) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(text)
+    if hint is int:
+        return int(text)
+    if hint is float:
+        return float(text)
+    if origin is tuple:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    if origin in (Literal, types.UnionType) or hint is str:
+        return text
+    raise ValueError(text)

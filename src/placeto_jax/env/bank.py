@@ -1,0 +1,181 @@
+"""Host side (NumPy) of the environment: a bank of graphs padded to one static size bucket.
+
+Every graph of a bank shares the same padded shapes, so one compiled environment and policy
+serve them all; `env.core.DeviceBank.of(bank)` moves the arrays to the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.grouping import Grouping, group
+from placeto_jax.sim.padded import PaddedGraph, bucket, chain_cover, pad_graph, round_up
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementGraph:
+    """A graph as the agent places it: `graph` (grouped) and, when it was coarsened, the op graph
+    and the op-to-group map that expands a placement of `graph` onto the ops."""
+
+    name: str
+    graph: Graph
+    op_graph: Graph | None = None
+    op_to_group: np.ndarray | None = None  # [N_ops] int64 node of `graph` holding each op
+
+    def expand(self, placement: np.ndarray) -> np.ndarray:
+        """[N_ops] device per op of the op graph (the placement itself if not coarsened)."""
+        placement = np.asarray(placement)
+        return placement if self.op_to_group is None else placement[self.op_to_group]
+
+
+def prepare(name: str, graph: Graph, group_target: int = 0) -> PlacementGraph:
+    """Coarsen `graph` to at most `group_target` nodes (0: keep every op), always merging
+    co-located ops, which the agent places as one node."""
+    colocated = graph.colocation is not None and len(np.unique(graph.colocation)) < graph.n_ops
+    if not group_target and not colocated:
+        return PlacementGraph(name, graph)
+    grouping: Grouping = group(graph, target=group_target or None)
+    if grouping.n_groups == graph.n_ops:
+        return PlacementGraph(name, graph)
+    return PlacementGraph(name, grouping.graph, graph, np.asarray(grouping.op_to_group))
+
+
+@dataclasses.dataclass(frozen=True)
+class Bank:
+    """G graphs padded to N nodes; array fields are NumPy, stacked over graphs."""
+
+    names: tuple[str, ...]  # [G]
+    graphs: tuple[PlacementGraph, ...]  # [G]
+    sim: PaddedGraph  # fields stacked: [G, ...], the graph the agent places
+    op_sim: PaddedGraph | None  # fields stacked over the op graphs, when present for all
+    op_to_group: np.ndarray | None  # [G, N_ops_pad] int32 node per op (0 for padding ops)
+    cost: np.ndarray  # [G, N] float µs
+    out_bytes: np.ndarray  # [G, N] float bytes
+    memory: np.ndarray  # [G, N] float bytes, parameters + output
+    order: np.ndarray  # [G, N] int32 topological order of the real nodes, then padding nodes
+    senders: np.ndarray  # [G, E] int32 producer of each edge (0 for padding edges)
+    receivers: np.ndarray  # [G, E] int32 consumer
+    edge_mask: np.ndarray  # [G, E] bool, real edges
+    depth: np.ndarray  # [G, N] int32 longest path from a source (0 for padding nodes)
+    height: np.ndarray  # [G, N] int32 longest path to a sink (0 for padding nodes)
+    ancestors: np.ndarray  # [G, N, N/8] uint8 packed rows (NumPy `packbits` order)
+    descendants: np.ndarray  # [G, N, N/8] uint8 packed rows
+
+    @property
+    def n_graphs(self) -> int:
+        return len(self.names)
+
+    @property
+    def n_pad(self) -> int:
+        return int(self.cost.shape[1])
+
+    @property
+    def n_nodes(self) -> np.ndarray:  # [G] int
+        return np.asarray(self.sim.n_ops)
+
+    @property
+    def max_level(self) -> int:
+        """Deepest depth or height over the bank (levels of the "sweep" message passing)."""
+        return int(max(self.depth.max(), self.height.max()))
+
+
+def choose_bucket(n_nodes: int, buckets: tuple[int, ...] | None) -> int:
+    """The smallest bucket holding `n_nodes` (None: the power of two); ValueError if none does."""
+    if buckets is None:
+        return bucket(n_nodes)
+    fitting = [b for b in sorted(buckets) if b >= n_nodes]
+    if not fitting:
+        raise ValueError(
+            f"a graph of {n_nodes} nodes is larger than every bucket (largest {max(buckets)}); "
+            f"coarsen it (--set run.group_target=N) or add a bucket (--set run.buckets=...)"
+        )
+    return fitting[0]
+
+
+def build_bank(graphs: list[PlacementGraph], buckets: tuple[int, ...] | None = None) -> Bank:
+    """Pad `graphs` to one shared shape: the smallest bucket holding the largest graph."""
+    if not graphs:
+        raise ValueError("a bank needs at least one graph")
+    largest = max(graphs, key=lambda p: p.graph.n_ops)
+    n_pad = choose_bucket(largest.graph.n_ops, buckets)
+    sim = _stack_padded([p.graph for p in graphs], n_pad)
+    with_ops = all(p.op_graph is not None for p in graphs)
+    op_sim = _stack_padded([p.op_graph for p in graphs], None) if with_ops else None
+    op_to_group = None
+    if with_ops:
+        op_to_group = np.zeros((len(graphs), op_sim.cost.shape[1]), dtype=np.int32)
+        for i, p in enumerate(graphs):
+            op_to_group[i, : p.op_to_group.size] = p.op_to_group
+    n_edges = bucket(max(max(p.graph.n_edges for p in graphs), 1), 1)
+    per_graph = [_graph_arrays(p.graph, n_pad, n_edges) for p in graphs]
+    stacked = {k: np.stack([a[k] for a in per_graph]) for k in per_graph[0]}
+    return Bank(
+        names=tuple(p.name for p in graphs),
+        graphs=tuple(graphs),
+        sim=sim,
+        op_sim=op_sim,
+        op_to_group=op_to_group,
+        **stacked,
+    )
+
+
+def _stack_padded(graphs: list[Graph], n_pad: int | None) -> PaddedGraph:
+    """PaddedGraphs of one shape (the largest need over `graphs`), fields stacked."""
+    n_pad = n_pad or bucket(max(g.n_ops for g in graphs))
+    kids = bucket(max(max(int(g.out_degree.max(initial=0)), 1) for g in graphs), 1)
+    chains = round_up(max(len(chain_cover(g)) for g in graphs))
+    edges = bucket(max(max(g.n_edges, 1) for g in graphs), 1)
+    padded = [pad_graph(g, n_pad, kids, chains, edges) for g in graphs]
+    return PaddedGraph(
+        **{
+            f.name: np.stack([np.asarray(getattr(p, f.name)) for p in padded])
+            for f in dataclasses.fields(PaddedGraph)
+        }
+    )
+
+
+def _graph_arrays(graph: Graph, n_pad: int, n_edges: int) -> dict[str, np.ndarray]:
+    n = graph.n_ops
+
+    def pad(values: np.ndarray, dtype) -> np.ndarray:
+        out = np.zeros(n_pad, dtype=dtype)
+        out[:n] = values
+        return out
+
+    order = np.concatenate([graph.topological_order, np.arange(n, n_pad)]).astype(np.int32)
+    senders = np.zeros(n_edges, dtype=np.int32)
+    receivers = np.zeros(n_edges, dtype=np.int32)
+    senders[: graph.n_edges] = graph.edges[:, 0]
+    receivers[: graph.n_edges] = graph.edges[:, 1]
+    return {
+        "cost": pad(graph.cost, np.float64),
+        "out_bytes": pad(graph.out_bytes, np.float64),
+        "memory": pad(graph.param_bytes + graph.out_bytes, np.float64),
+        "order": order,
+        "senders": senders,
+        "receivers": receivers,
+        "edge_mask": np.arange(n_edges) < graph.n_edges,
+        "depth": pad(graph.depth, np.int32),
+        "height": pad(_height(graph), np.int32),
+        "ancestors": _pad_packed(graph.ancestors_packed, n_pad),
+        "descendants": _pad_packed(graph.descendants_packed, n_pad),
+    }
+
+
+def _height(graph: Graph) -> np.ndarray:
+    """[N] longest path (in edges) from each node to a sink."""
+    height = np.zeros(graph.n_ops, dtype=np.int64)
+    for v in graph.topological_order[::-1]:
+        kids = graph.children(v)
+        if kids.size:
+            height[v] = height[kids].max() + 1
+    return height
+
+
+def _pad_packed(rows: np.ndarray, n_pad: int) -> np.ndarray:
+    out = np.zeros((n_pad, n_pad // 8), dtype=np.uint8)
+    out[: rows.shape[0], : rows.shape[1]] = rows
+    return out

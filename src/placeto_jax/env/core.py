@@ -1,0 +1,349 @@
+"""The Placeto MDP as pure JAX functions over a device-resident bank of padded graphs.
+
+`PlacetoEnv` holds only static settings; arrays live in `EnvParams` (gymnax style), so one
+compiled `reset`/`step` serves every graph of a bank, and batches come from `jax.vmap`.
+
+Contract (one episode on graph g of the bank, N padded nodes, n real ones, D devices):
+
+- **reset(key, params, graph)** -> (state, observation). The initial placement is random per
+  episode, one fixed random placement per graph, or everything on device 0 (`initial_placement`);
+  it is simulated once, and the episode's runtime scale is that initial runtime.
+- **observation** (`Observation`): `features` [N, d] float with d = 5 + D (+1 with the memory
+  feature): cost / max cost, output bytes / max, times this node was placed in the episode, a
+  current-node flag, start time in the latest simulation minus the current node's, divided by the
+  largest such gap, one-hot of the current device (memory bytes / max). `node` [] the current
+  node; `ancestors`, `descendants` [N] bool of the current node; `node_mask` [N] real nodes;
+  `placement` [N]; `action_mask` [D] allowed devices (all, unless `mask_out_of_memory` and some
+  device would overflow); `senders`, `receivers`, `edge_mask` [E] and `depth`, `height` [N]: the
+  graph's structure for message passing.
+- **step(state, action, params)** -> (state, observation, reward, done). Puts the current node
+  on device `action` ([] int), simulates the whole placement and moves to the next node of the
+  traversal order (topological or a random permutation per episode), `passes` times over the
+  nodes. reward = runtime before - runtime after, where runtime = makespan in seconds + memory
+  penalty (`memory_penalty` s per GB that the fullest device's peak exceeds its memory, at most
+  `memory_penalty_cap`), divided by the initial runtime when `normalize == "initial"`. The episode
+  ends after passes * n steps; later steps change nothing and reward 0 (`done` is True).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from placeto_jax.cluster import GB, Cluster
+from placeto_jax.config import EnvConfig
+from placeto_jax.env.bank import Bank
+from placeto_jax.sim.api import sim_cluster
+from placeto_jax.sim.core import SimCluster, SimGraph, simulate_padded
+
+US = 1e-6  # seconds per µs
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DeviceBank:
+    """`Bank` arrays on the device, stacked over G graphs."""
+
+    n_nodes: jax.Array  # [G] int32
+    sim: SimGraph  # fields [G, ...]
+    op_sim: SimGraph | None  # fields [G, ...] of the op graphs, or None
+    op_to_group: jax.Array | None  # [G, N_ops_pad] int32
+    cost_feature: jax.Array  # [G, N] cost / max cost
+    bytes_feature: jax.Array  # [G, N] output bytes / max
+    memory_feature: jax.Array  # [G, N] (param + output bytes) / max
+    memory: jax.Array  # [G, N] bytes, param + output
+    order: jax.Array  # [G, N] int32 topological order, real nodes first
+    senders: jax.Array  # [G, E] int32
+    receivers: jax.Array  # [G, E] int32
+    edge_mask: jax.Array  # [G, E] bool
+    depth: jax.Array  # [G, N] int32
+    height: jax.Array  # [G, N] int32
+    ancestors: jax.Array  # [G, N, N/8] uint8 packed
+    descendants: jax.Array  # [G, N, N/8] uint8 packed
+
+    @classmethod
+    def of(cls, bank: Bank, float_dtype=jnp.float32) -> DeviceBank:
+        def floats(x):
+            return jnp.asarray(x, float_dtype)
+
+        def stacked_sim(padded) -> SimGraph | None:
+            if padded is None:
+                return None
+            return SimGraph(
+                **{
+                    f.name: jnp.asarray(
+                        getattr(padded, f.name),
+                        float_dtype
+                        if jnp.issubdtype(getattr(padded, f.name).dtype, jnp.floating)
+                        else jnp.int32,
+                    )
+                    for f in dataclasses.fields(SimGraph)
+                }
+            )
+
+        return cls(
+            n_nodes=jnp.asarray(bank.n_nodes, jnp.int32),
+            sim=stacked_sim(bank.sim),
+            op_sim=stacked_sim(bank.op_sim),
+            op_to_group=None if bank.op_to_group is None else jnp.asarray(bank.op_to_group),
+            cost_feature=floats(_by_max(bank.cost)),
+            bytes_feature=floats(_by_max(bank.out_bytes)),
+            memory_feature=floats(_by_max(bank.memory)),
+            memory=floats(bank.memory),
+            order=jnp.asarray(bank.order),
+            senders=jnp.asarray(bank.senders),
+            receivers=jnp.asarray(bank.receivers),
+            edge_mask=jnp.asarray(bank.edge_mask),
+            depth=jnp.asarray(bank.depth),
+            height=jnp.asarray(bank.height),
+            ancestors=jnp.asarray(bank.ancestors),
+            descendants=jnp.asarray(bank.descendants),
+        )
+
+
+def _by_max(x) -> jax.Array:
+    """Each row divided by its max (rows of zeros stay zero)."""
+    x = jnp.asarray(x)
+    top = jnp.max(x, axis=1, keepdims=True)
+    return jnp.where(top > 0, x / jnp.where(top > 0, top, 1), 0.0)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class EnvParams:
+    bank: DeviceBank
+    cluster: SimCluster
+    capacity: jax.Array  # [D] bytes, each device's memory
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class EnvState:
+    graph: jax.Array  # [] int32 index into the bank
+    order: jax.Array  # [N] int32 traversal order, real nodes first
+    t: jax.Array  # [] int32 steps taken
+    placement: jax.Array  # [N] int32 device per node
+    start: jax.Array  # [N] float µs, start times in the latest simulation
+    runtime: jax.Array  # [] float, current runtime (seconds, or / initial when normalised)
+    scale: jax.Array  # [] float seconds, divisor of runtimes (1 unless normalised)
+    makespan: jax.Array  # [] float µs, current makespan
+    peak_memory: jax.Array  # [D] float bytes, current peak per device
+    best_runtime: jax.Array  # [] float, lowest runtime seen this episode
+    best_placement: jax.Array  # [N] int32, the placement that had it
+
+
+class Observation(NamedTuple):
+    features: jax.Array  # [N, d] float
+    node: jax.Array  # [] int32 current node
+    node_mask: jax.Array  # [N] bool real nodes
+    ancestors: jax.Array  # [N] bool ancestors of the current node
+    descendants: jax.Array  # [N] bool descendants of the current node
+    placement: jax.Array  # [N] int32
+    action_mask: jax.Array  # [D] bool
+    senders: jax.Array  # [E] int32
+    receivers: jax.Array  # [E] int32
+    edge_mask: jax.Array  # [E] bool
+    depth: jax.Array  # [N] int32
+    height: jax.Array  # [N] int32
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacetoEnv:
+    """Static settings of the MDP; see the module docstring for the contract."""
+
+    config: EnvConfig
+    n_devices: int
+    broadcast: bool = True
+
+    @property
+    def n_features(self) -> int:
+        return 5 + self.n_devices + int(self.config.memory_feature)
+
+    def params(self, bank: Bank, cluster: Cluster, float_dtype=jnp.float32) -> EnvParams:
+        if cluster.n_devices != self.n_devices:
+            raise ValueError(
+                f"the cluster has {cluster.n_devices} devices, the environment {self.n_devices}"
+            )
+        if self.config.reward_graph == "ops" and bank.op_sim is None:
+            raise ValueError(
+                'env.reward_graph="ops" needs coarsened graphs (set run.group_target) so that '
+                "there is an op graph to expand the placement onto"
+            )
+        return EnvParams(
+            bank=DeviceBank.of(bank, float_dtype),
+            cluster=sim_cluster(cluster, float_dtype),
+            capacity=jnp.asarray(cluster.memory_array, float_dtype),
+        )
+
+    # ------------------------------------------------------------------ episode
+    def n_steps(self, params: EnvParams, graph: jax.Array) -> jax.Array:
+        """[] int32 steps in an episode on `graph`."""
+        return self.config.passes * params.bank.n_nodes[graph]
+
+    def reset(
+        self, key: jax.Array, params: EnvParams, graph: jax.Array
+    ) -> tuple[EnvState, Observation]:
+        bank = params.bank
+        n_pad = bank.order.shape[1]
+        k_order, k_place = jax.random.split(key)
+        n = bank.n_nodes[graph]
+        valid = jnp.arange(n_pad) < n
+        if self.config.traversal == "random":
+            shuffled = jax.random.permutation(k_order, n_pad)
+            order = shuffled[jnp.argsort(~valid[shuffled], stable=True)].astype(jnp.int32)
+        else:
+            order = bank.order[graph]
+        placement = self._initial_placement(k_place, graph, n_pad)
+        makespan, peak, start = self._simulate(params, graph, placement)
+        raw = self._penalised(params, makespan, peak)
+        scale = raw if self.config.normalize == "initial" else jnp.ones_like(raw)
+        runtime = raw / scale
+        state = EnvState(
+            graph=jnp.asarray(graph, jnp.int32),
+            order=order,
+            t=jnp.zeros((), jnp.int32),
+            placement=placement,
+            start=start,
+            runtime=runtime,
+            scale=scale,
+            makespan=makespan,
+            peak_memory=peak,
+            best_runtime=runtime,
+            best_placement=placement,
+        )
+        return state, self.observe(state, params)
+
+    def step(
+        self, state: EnvState, action: jax.Array, params: EnvParams
+    ) -> tuple[EnvState, Observation, jax.Array, jax.Array]:
+        active = state.t < self.n_steps(params, state.graph)
+        node = self.current_node(state, params)
+        placement = jnp.where(
+            active, state.placement.at[node].set(action.astype(jnp.int32)), state.placement
+        )
+        makespan, peak, start = self._simulate(params, state.graph, placement)
+        runtime = self._penalised(params, makespan, peak) / state.scale
+        better = active & (runtime < state.best_runtime)
+        new = EnvState(
+            graph=state.graph,
+            order=state.order,
+            t=state.t + 1,
+            placement=placement,
+            start=jnp.where(active, start, state.start),
+            runtime=jnp.where(active, runtime, state.runtime),
+            scale=state.scale,
+            makespan=jnp.where(active, makespan, state.makespan),
+            peak_memory=jnp.where(active, peak, state.peak_memory),
+            best_runtime=jnp.where(better, runtime, state.best_runtime),
+            best_placement=jnp.where(better, placement, state.best_placement),
+        )
+        reward = jnp.where(active, state.runtime - new.runtime, 0.0)
+        done = new.t >= self.n_steps(params, state.graph)
+        return new, self.observe(new, params), reward, done
+
+    def current_node(self, state: EnvState, params: EnvParams) -> jax.Array:
+        n = params.bank.n_nodes[state.graph]
+        return state.order[state.t % jnp.maximum(n, 1)]
+
+    # ------------------------------------------------------------------ observation
+    def observe(self, state: EnvState, params: EnvParams) -> Observation:
+        return self.observation(
+            params, state.graph, state.order, state.t, state.placement, state.start
+        )
+
+    def observation(
+        self,
+        params: EnvParams,
+        graph: jax.Array,
+        order: jax.Array,
+        t: jax.Array,
+        placement: jax.Array,
+        start: jax.Array,
+    ) -> Observation:
+        """The observation before step `t` of an episode with this `order`, `placement` and
+        latest start times (what the trainer rebuilds from its stored trajectory)."""
+        bank = params.bank
+        n_pad = order.shape[0]
+        n = jnp.maximum(bank.n_nodes[graph], 1)
+        node_mask = jnp.arange(n_pad) < bank.n_nodes[graph]
+        node = order[t % n]
+        position = jnp.zeros(n_pad, jnp.int32).at[order].set(jnp.arange(n_pad, dtype=jnp.int32))
+        visits = jnp.minimum(t, self.n_steps(params, graph))
+        placed = (visits // n + (position < visits % n)).astype(start.dtype)
+        gap = jnp.where(node_mask, start - start[node], 0.0)
+        gap = gap / jnp.maximum(jnp.max(jnp.abs(gap)), 1e-9)
+        one_hot = jax.nn.one_hot(placement, self.n_devices, dtype=start.dtype)
+        columns = [
+            bank.cost_feature[graph],
+            bank.bytes_feature[graph],
+            placed,
+            (jnp.arange(n_pad) == node).astype(start.dtype),
+            gap,
+        ]
+        if self.config.memory_feature:
+            one_hot = jnp.concatenate([one_hot, bank.memory_feature[graph][:, None]], axis=1)
+        features = jnp.concatenate([jnp.stack(columns, axis=1), one_hot], axis=1)
+        features = jnp.where(node_mask[:, None], features, 0.0)
+        return Observation(
+            features=features,
+            node=node,
+            node_mask=node_mask,
+            ancestors=_unpack_row(bank.ancestors[graph, node], n_pad),
+            descendants=_unpack_row(bank.descendants[graph, node], n_pad),
+            placement=placement,
+            action_mask=self._action_mask(params, graph, placement, node, node_mask),
+            senders=bank.senders[graph],
+            receivers=bank.receivers[graph],
+            edge_mask=bank.edge_mask[graph],
+            depth=bank.depth[graph],
+            height=bank.height[graph],
+        )
+
+    def _action_mask(self, params, graph, placement, node, node_mask) -> jax.Array:
+        if not self.config.mask_out_of_memory:
+            return jnp.ones(self.n_devices, bool)
+        memory = jnp.where(
+            node_mask & (jnp.arange(node_mask.shape[0]) != node), params.bank.memory[graph], 0.0
+        )
+        used = jax.ops.segment_sum(memory, placement, self.n_devices)  # [D] bytes
+        fits = used + params.bank.memory[graph, node] <= params.capacity
+        return jnp.where(jnp.any(fits), fits, True)
+
+    # ------------------------------------------------------------------ simulation
+    def _initial_placement(self, key: jax.Array, graph: jax.Array, n_pad: int) -> jax.Array:
+        kind = self.config.initial_placement
+        if kind == "single":
+            return jnp.zeros(n_pad, jnp.int32)
+        if kind == "fixed":
+            key = jax.random.fold_in(jax.random.key(self.config.fixed_placement_seed), graph)
+        return jax.random.randint(key, (n_pad,), 0, self.n_devices, dtype=jnp.int32)
+
+    def _simulate(self, params: EnvParams, graph: jax.Array, placement: jax.Array):
+        """(makespan µs, peak memory [D] bytes, start [N] µs per node) of `placement`."""
+        bank = params.bank
+        if self.config.reward_graph == "grouped":
+            sim = jax.tree.map(lambda x: x[graph], bank.sim)
+            out = simulate_padded(sim, params.cluster, placement, self.broadcast)
+            return out.makespan, out.peak_memory, out.start
+        sim = jax.tree.map(lambda x: x[graph], bank.op_sim)
+        op_to_group = bank.op_to_group[graph]
+        out = simulate_padded(sim, params.cluster, placement[op_to_group], self.broadcast)
+        real = jnp.arange(op_to_group.shape[0]) < sim.n_ops
+        first = jax.ops.segment_min(
+            jnp.where(real, out.start, jnp.inf), op_to_group, placement.shape[0]
+        )
+        return out.makespan, out.peak_memory, jnp.where(jnp.isfinite(first), first, 0.0)
+
+    def _penalised(self, params: EnvParams, makespan, peak) -> jax.Array:
+        """Runtime in seconds with the memory penalty."""
+        over_gb = jnp.max(jnp.maximum(peak - params.capacity, 0.0)) / GB
+        penalty = jnp.minimum(self.config.memory_penalty * over_gb, self.config.memory_penalty_cap)
+        return makespan * US + penalty
+
+
+def _unpack_row(packed: jax.Array, n_pad: int) -> jax.Array:
+    """[N/8] uint8 (NumPy `packbits` order) -> [N] bool."""
+    return jnp.unpackbits(packed, count=n_pad).astype(bool)

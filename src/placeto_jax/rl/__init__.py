@@ -1,0 +1,1 @@
+"""Training Placeto: REINFORCE as pure JAX (`train`), the host loop, evaluation, checkpoints."""
