@@ -1,5 +1,6 @@
-"""The `placeto-jax` command line: `simulate` one placement, `demo` the baseline placers, and
-`graphs list|show|export|plot` to inspect the built-in graphs.
+"""The `placeto-jax` command line: `simulate` one placement, `demo` the baseline placers,
+`graphs list|show|export|plot` to inspect the built-in graphs, and `train`, `place`, `eval`
+(cli_agent.py) for the learned policy.
 
 Errors in the input (graph spec or file, placement, preset, device count) print one line,
 `placeto-jax: error: ...`, to stderr and exit with status 2; I/O failures exit with status 1.
@@ -26,6 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 import placeto_jax as pj
+from placeto_jax.cli_agent import add_agent_commands
 from placeto_jax.cluster import PRESETS, Cluster
 from placeto_jax.files import atomic_write
 from placeto_jax.graphs.core import Graph
@@ -34,7 +36,7 @@ from placeto_jax.graphs.registry import BUILTIN_GRAPHS, names, resolve_graph
 from placeto_jax.graphs.stats import GraphStats, graph_stats
 from placeto_jax.placers import PLACERS, random_batch
 from placeto_jax.plotting import gantt
-from placeto_jax.report import PlacementReport, summarize
+from placeto_jax.report import PlacementReport, format_table, summarize
 
 PROG = "placeto-jax"
 PLOT_EDGES_MAX_OPS = 2000  # larger graphs are drawn without edges
@@ -72,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_simulate(commands)
     _add_demo(commands)
     _add_graphs(commands)
+    add_agent_commands(commands)
     return parser
 
 
@@ -185,7 +188,7 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_report_json(args.graph, graph, cluster, source, placement, report)))
     else:
-        print(_report_table(args.graph, graph, cluster, source, report))
+        print(_reportformat_table(args.graph, graph, cluster, source, report))
         if args.gantt:
             print(f"wrote {args.gantt}")
     return 0
@@ -251,7 +254,7 @@ def _report_json(
     }
 
 
-def _report_table(
+def _reportformat_table(
     spec: str, graph: Graph, cluster: Cluster, source: str, report: PlacementReport
 ) -> str:
     mode = "broadcast" if cluster.broadcast else "no broadcast"
@@ -285,7 +288,7 @@ def _report_table(
             f"makespan   {report.makespan_us / MS:.3f} ms",
             f"memory     {memory}",
             "",
-            _table(rows),
+            format_table(rows),
         ]
     )
 
@@ -322,7 +325,7 @@ def _demo(args: argparse.Namespace) -> int:
             float(batch.peak_memory[best].max()),
         )
     )
-    print(_demo_table(args.graph, graph, cluster, rows))
+    print(_demoformat_table(args.graph, graph, cluster, rows))
     print(
         f"\nbatch: {args.batch} placements in one simulate call, {done - compiled:.3f} s "
         f"({args.batch / (done - compiled):,.0f} placements/s on {jax.default_backend()}; "
@@ -331,7 +334,7 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo_table(spec: str, graph: Graph, cluster: Cluster, rows: list[_DemoRow]) -> str:
+def _demoformat_table(spec: str, graph: Graph, cluster: Cluster, rows: list[_DemoRow]) -> str:
     single = next(r.makespan_us for r in rows if r.method == "single")
     table = [
         ("method", "makespan ms", "speedup", "peak memory GB"),
@@ -352,7 +355,7 @@ def _demo_table(spec: str, graph: Graph, cluster: Cluster, rows: list[_DemoRow])
             f"{graph.cost.sum() / MS:.1f} ms of compute",
             f"cluster  {cluster.name}, {cluster.n_devices} devices, {capacity:.4g} GB each",
             "",
-            _table(table),
+            format_table(table),
         ]
     )
 
@@ -369,7 +372,7 @@ def _graphs_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows))
     else:
-        print(_table([_STATS_HEADER, *(_stats_row(row) for row in rows)]))
+        print(format_table([_STATS_HEADER, *(_stats_row(row) for row in rows)]))
     return 0
 
 
@@ -450,7 +453,7 @@ def _show_text(doc: dict) -> str:
             f"params     {doc['param_bytes'] / GB:.4g} GB",
             *degrees,
             "",
-            _table(top),
+            format_table(top),
         ]
     )
 
@@ -499,15 +502,3 @@ def plot_layers(graph: Graph, path: str | os.PathLike, title: str) -> None:
     ax.set_title(f"{title}: {graph.n_ops} ops, {graph.n_edges} edges (marker area ~ cost)")
     with atomic_write(path) as file:
         fig.savefig(file, format="png", dpi=100)
-
-
-def _table(rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned first column, right-aligned others, two spaces apart."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    )

@@ -27,7 +27,7 @@ class EnvConfig:
     traversal: Traversal = "topological"
     initial_placement: InitialPlacement = "random"  # per episode; "fixed": one per graph
     fixed_placement_seed: int = 0  # seed of the "fixed" initial placements
-    normalize: Normalize = "none"  # "initial": runtimes divided by the episode's initial one
+    normalize: Normalize = "initial"  # runtimes divided by the episode's initial one; "none": s
     memory_penalty: float = 2.0  # runtime seconds added per GB over a device's memory
     memory_penalty_cap: float = 10.0  # seconds, the most the penalty adds
     memory_feature: bool = False  # add (param + output bytes) / max as a node feature
@@ -60,6 +60,7 @@ class TrainConfig:
     entropy_decay_fraction: float = 0.5
     baseline: Baseline = "per-step"
     baseline_window: int = 10  # episodes per graph in the per-step baseline
+    normalize_advantage: bool = False  # divide advantages by their batch standard deviation
     grad_chunk: int = 0  # steps per gradient chunk (memory bound); 0: automatic
 
 
@@ -90,7 +91,7 @@ class Config:
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU-sized: small graphs, few rounds, a batch that a 2-core CPU steps through quickly.
     "tiny": {
-        "env.normalize": "initial",
+        "train.normalize_advantage": True,
         "policy.rounds": 3,
         "train.iterations": 60,
         "train.episodes": 48,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -65,3 +66,15 @@ def transfers(graph: Graph, placement: np.ndarray, broadcast: bool) -> np.ndarra
         return np.unique(src[remote])
     pairs = np.unique(np.stack([src[remote], placement[dst[remote]]], axis=1), axis=0)
     return pairs[:, 0]
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned first column, right-aligned others, two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    )

@@ -24,12 +24,20 @@ class Mlp(nn.Module):
 
     widths: tuple[int, ...]
     relu_last: bool = False
+    last_scale: float = 1.0  # scales the last layer's initial weights
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         for i, width in enumerate(self.widths):
-            x = nn.Dense(width)(x)
-            if i < len(self.widths) - 1 or self.relu_last:
+            last = i == len(self.widths) - 1
+            scale = self.last_scale if last else 1.0
+            x = nn.Dense(
+                width,
+                kernel_init=nn.initializers.variance_scaling(
+                    scale**2, "fan_in", "truncated_normal"
+                ),
+            )(x)
+            if not last or self.relu_last:
                 x = nn.relu(x)
         return x
 
@@ -84,14 +92,20 @@ def _dense(params: dict, x: jax.Array) -> jax.Array:
 
 
 class Pool(nn.Module):
-    """ReLU(G(sum over the masked nodes of ReLU(F(z)))); per device when `n_devices` > 0."""
+    """ReLU(G(sum over the masked nodes of ReLU(F(z)) / n)); per device when `n_devices` > 0.
+
+    The sum is divided by the graph's node count n, so that its scale does not grow with the
+    graph (undivided sums of a few hundred nodes saturate the head and stall training)."""
 
     width: int
     n_devices: int = 0
 
     @nn.compact
-    def __call__(self, z: jax.Array, mask: jax.Array, placement: jax.Array) -> jax.Array:
-        messages = jnp.where(mask[:, None], nn.relu(nn.Dense(self.width, name="F")(z)), 0.0)
+    def __call__(
+        self, z: jax.Array, mask: jax.Array, placement: jax.Array, n_nodes: jax.Array
+    ) -> jax.Array:
+        messages = nn.relu(nn.Dense(self.width, name="F")(z))
+        messages = jnp.where(mask[:, None], messages / jnp.maximum(n_nodes, 1), 0.0)
         if self.n_devices:
             per_device = jax.ops.segment_sum(messages, placement, self.n_devices)  # [D, W]
             return nn.relu(nn.Dense(self.width, name="G")(per_device)).reshape(-1)
@@ -132,14 +146,24 @@ class PlacetoPolicy(nn.Module):
             )
         node = jnp.arange(z.shape[0]) == obs.node
         parallel = obs.node_mask & ~obs.ancestors & ~obs.descendants & ~node
+        n_nodes = obs.node_mask.sum()
+        sets = {
+            "ancestors": obs.ancestors & obs.node_mask,
+            "descendants": obs.descendants & obs.node_mask,
+            "parallel": parallel,
+        }
         pooled = [
-            Pool(width, name="pool_ancestors")(z, obs.ancestors & obs.node_mask, obs.placement),
-            Pool(width, name="pool_descendants")(z, obs.descendants & obs.node_mask, obs.placement),
-            Pool(width, self.n_devices if cfg.per_device_parallel else 0, name="pool_parallel")(
-                z, parallel, obs.placement
-            ),
+            Pool(
+                width,
+                self.n_devices if name == "parallel" and cfg.per_device_parallel else 0,
+                name=f"pool_{name}",
+            )(z, mask, obs.placement, n_nodes)
+            for name, mask in sets.items()
         ]
         current = z[obs.node]
         head = cfg.head_widths or (16 * d, 8 * d)
-        x = Mlp((*head, self.n_devices), name="head")(jnp.concatenate([current, *pooled]))
+        # Small initial logits: an untrained policy is close to uniform over the devices.
+        x = Mlp((*head, self.n_devices), last_scale=0.01, name="head")(
+            jnp.concatenate([current, *pooled])
+        )
         return jnp.where(obs.action_mask, x, MASKED_LOGIT)

@@ -276,6 +276,10 @@ class Trainer:
         rollout, _ = self.rollout(state.params, env_params, key, graphs, greedy=False)
         returns = jnp.cumsum(rollout.reward[::-1], axis=0)[::-1]  # [T, B] G_t
         advantage = jnp.where(rollout.active, returns - self.baseline(state, rollout, returns), 0)
+        if self.config.train.normalize_advantage:
+            n_active = jnp.maximum(rollout.active.sum(), 1)
+            spread = jnp.sqrt(jnp.sum(advantage**2) / n_active)
+            advantage = advantage / jnp.maximum(spread, 1e-8)
         lr, entropy_weight = self.schedules(state.iteration, hyper)
         loss, entropy, grad = self.loss_and_grad(
             state.params, env_params, rollout, advantage, entropy_weight

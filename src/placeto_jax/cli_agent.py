@@ -1,0 +1,252 @@
+"""The learning commands of `placeto-jax`: `train` a Placeto policy, `place` a graph with a
+trained policy (zero-shot), `eval` a policy over graphs. Registered by `cli._parser`.
+
+The policy runs in float32 (`jax_enable_x64` off); the placements it returns are then simulated
+exactly (float64) on the op graph for every number printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from placeto_jax.checkpoint import Checkpointer, load_run
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import PRESETS, Config, make_config
+from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
+from placeto_jax.files import atomic_write
+from placeto_jax.graphs.registry import load
+from placeto_jax.report import format_table
+from placeto_jax.rl.evaluate import Placement, place_graphs
+from placeto_jax.rl.loop import cluster_of, train_and_evaluate
+from placeto_jax.rl.train import Trainer
+
+MS = 1e3  # µs
+
+
+def add_agent_commands(commands) -> None:
+    """Add `train`, `place` and `eval` to the `placeto-jax` subcommands."""
+    train = commands.add_parser(
+        "train",
+        help="train a Placeto policy on one or more graphs",
+        description="Train a Placeto policy with REINFORCE on the given graphs (a family split "
+        "trains one policy for the whole family). Re-running the same command resumes from "
+        "the last checkpoint in --workdir.",
+    )
+    train.add_argument(
+        "--graphs",
+        required=True,
+        metavar="NAME[,NAME...]",
+        help="graphs, files or family splits, e.g. family:cifar10/train",
+    )
+    train.add_argument("--devices", type=int, required=True, metavar="D", help="device count")
+    train.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="config preset: tiny (CPU-sized) or paper",
+    )
+    train.add_argument(
+        "--cluster",
+        default="placeto-k80",
+        metavar="NAME",
+        help="cluster preset (default: %(default)s)",
+    )
+    train.add_argument(
+        "--workdir", metavar="DIR", help="run directory (default: runs/<graphs>-d<D>-s<SEED>)"
+    )
+    train.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    train.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. train.episodes=128 (repeatable)",
+    )
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(command=_train)
+
+    place = commands.add_parser(
+        "place",
+        help="place a graph with a trained policy (zero-shot)",
+        description="Place GRAPH with the policy in a checkpoint directory, without training.",
+    )
+    place.add_argument("graph", metavar="GRAPH", help="graph file or built-in graph")
+    place.add_argument("--checkpoint", required=True, metavar="DIR", help="run directory")
+    place.add_argument(
+        "--devices", type=int, metavar="D", help="device count (must match the checkpoint's)"
+    )
+    place.add_argument("-o", "--output", metavar="FILE", help="write the placement (JSON)")
+    place.add_argument("--json", action="store_true", help="print one JSON object")
+    place.set_defaults(command=_place)
+
+    evaluate = commands.add_parser(
+        "eval",
+        help="evaluate a trained policy on graphs (a table)",
+        description="Greedy placements of every graph by the policy in a checkpoint directory.",
+    )
+    evaluate.add_argument("--checkpoint", required=True, metavar="DIR", help="run directory")
+    evaluate.add_argument("--graphs", required=True, metavar="NAME[,NAME...]", help="graphs")
+    evaluate.add_argument("--json", action="store_true", help="print a JSON list")
+    evaluate.set_defaults(command=_eval)
+
+
+# ---------------------------------------------------------------------- graphs
+def load_graphs(spec: str, group_target: int) -> list[PlacementGraph]:
+    """The graphs named by a comma-separated spec, coarsened for the agent."""
+    out = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            raise ValueError(f"empty graph name in {spec!r}")
+        loaded = load(item)
+        pairs = loaded if isinstance(loaded, list) else [(item, loaded)]
+        out.extend(prepare(name, graph, group_target) for name, graph in pairs)
+    return out
+
+
+# ---------------------------------------------------------------------- train
+def _train(args: argparse.Namespace) -> int:
+    if args.devices < 1:
+        raise ValueError(f"--devices must be at least 1, got {args.devices}")
+    Cluster.preset(args.cluster, args.devices)  # a bad preset fails before any work
+    config = make_config(
+        args.preset, args.set, n_devices=args.devices, cluster_preset=args.cluster, seed=args.seed
+    )
+    workdir = args.workdir or _default_workdir(args.graphs, args.devices, args.seed)
+    graphs = load_graphs(args.graphs, config.run.group_target)
+    with jax.enable_x64(False):
+        result = train_and_evaluate(config, graphs, workdir, progress=not args.no_progress)
+    evaluation = result.evaluation
+    rows = [("graph", "nodes", "initial", "placeto", "improvement")]
+    for i, pg in enumerate(graphs):
+        initial, best = evaluation["initial_runtime"][i], evaluation["best_runtime"][i]
+        rows.append(
+            (
+                pg.name,
+                str(pg.graph.n_ops),
+                f"{initial:.4g}",
+                f"{best:.4g}",
+                f"{initial / best:.2f}x",
+            )
+        )
+    unit = "relative to the initial placement" if config.env.normalize == "initial" else "s"
+    print(f"greedy evaluation after {config.train.iterations} updates (runtime, {unit}):")
+    print(format_table(rows))
+    print(
+        f"\nrun directory: {workdir}  (place a graph: placeto-jax place GRAPH "
+        f"--checkpoint {workdir})"
+    )
+    return 0
+
+
+def _default_workdir(graphs: str, devices: int, seed: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", graphs).strip("_")[:60]
+    return str(Path("runs") / f"{slug}-d{devices}-s{seed}")
+
+
+# ---------------------------------------------------------------------- place / eval
+def load_policy(checkpoint: str, graphs: list[PlacementGraph], devices: int | None):
+    """(config, params) of the policy in `checkpoint`, checked against `devices`."""
+    config, _ = load_run(checkpoint)
+    if devices is not None and devices != config.n_devices:
+        raise ValueError(
+            f"the policy in {checkpoint} places on {config.n_devices} devices, not {devices}; "
+            f"train one for {devices} devices"
+        )
+    bank = build_bank(graphs[:1], config.run.buckets)
+    trainer = Trainer.create(config, bank)
+    cluster = cluster_of(config)
+    env_params = trainer.env.params(bank, cluster)
+    template = trainer.init(jax.random.key(0), env_params).params
+    checkpointer = Checkpointer(checkpoint, create=False)
+    try:
+        params = checkpointer.restore_params(template)
+    finally:
+        checkpointer.close()
+    return config, params
+
+
+def _placements(checkpoint: str, spec: str, devices: int | None) -> tuple[Config, list]:
+    config, _ = load_run(checkpoint)
+    graphs = load_graphs(spec, config.run.group_target)
+    with jax.enable_x64(False):
+        config, params = load_policy(checkpoint, graphs, devices)
+        results = place_graphs(config, params, graphs, cluster_of(config))
+    return config, results
+
+
+def _place(args: argparse.Namespace) -> int:
+    config, (result,) = _placements(args.checkpoint, args.graph, args.devices)
+    if args.output:
+        with atomic_write(args.output) as f:
+            f.write(json.dumps({"placement": result.placement.tolist()}).encode())
+    if args.json:
+        print(json.dumps(_placement_json(result)))
+        return 0
+    print(
+        f"graph    {result.graph}: placed as {result.n_nodes} nodes by the policy in "
+        f"{args.checkpoint}"
+    )
+    print(f"devices  {config.n_devices} x {config.cluster_preset}\n")
+    print(format_table(_placement_rows([result], with_graph=False)))
+    if not result.fits_memory:
+        print("\nwarning: the placement exceeds some device's memory", file=sys.stderr)
+    if args.output:
+        print(f"\nplacement written to {args.output}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    _, results = _placements(args.checkpoint, args.graphs, None)
+    if args.json:
+        print(json.dumps([_placement_json(r) for r in results]))
+    else:
+        print(format_table(_placement_rows(results, with_graph=True)))
+    return 0
+
+
+def _placement_json(r: Placement) -> dict:
+    return {
+        "graph": r.graph,
+        "makespan": r.makespan,
+        "single_device_makespan": r.single_device_makespan,
+        "initial_makespan": r.initial_makespan,
+        "peak_memory": np.asarray(r.peak_memory).tolist(),
+        "fits_memory": r.fits_memory,
+        "nodes": r.n_nodes,
+        "placement": r.placement.tolist(),
+    }
+
+
+def _placement_rows(results: list[Placement], with_graph: bool) -> list[tuple[str, ...]]:
+    if not with_graph:
+        r = results[0]
+        return [
+            ("placement", "makespan ms", "speedup vs single"),
+            ("single device", f"{r.single_device_makespan / MS:.3f}", "1.00x"),
+            (
+                "initial (random)",
+                f"{r.initial_makespan / MS:.3f}",
+                f"{r.single_device_makespan / r.initial_makespan:.2f}x",
+            ),
+            ("placeto", f"{r.makespan / MS:.3f}", f"{r.single_device_makespan / r.makespan:.2f}x"),
+        ]
+    rows = [("graph", "nodes", "single ms", "initial ms", "placeto ms", "speedup")]
+    for r in results:
+        rows.append(
+            (
+                r.graph,
+                str(r.n_nodes),
+                f"{r.single_device_makespan / MS:.3f}",
+                f"{r.initial_makespan / MS:.3f}",
+                f"{r.makespan / MS:.3f}",
+                f"{r.single_device_makespan / r.makespan:.2f}x",
+            )
+        )
+    return rows

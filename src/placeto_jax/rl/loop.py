@@ -1,0 +1,158 @@
+"""The host loop around the jitted update: restore-or-initialise, greedy evaluation, metrics
+(JSONL and TensorBoard), a progress bar, and checkpoints.
+
+Every update derives its randomness from (run key, update index), and the whole TrainState
+(parameters, optimizer, baseline windows) is checkpointed, so a killed run that is started again
+with the same arguments resumes from its last checkpoint and ends in exactly the state of an
+uninterrupted run. Metrics logged after that checkpoint by the killed run are dropped first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from placeto_jax.checkpoint import Checkpointer, write_run
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import Config
+from placeto_jax.env.bank import Bank, PlacementGraph, build_bank
+from placeto_jax.files import atomic_write
+from placeto_jax.rl.evaluate import greedy
+from placeto_jax.rl.train import Hyper, Trainer, TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    state: TrainState
+    trainer: Trainer
+    bank: Bank
+    evaluation: dict[str, np.ndarray]  # greedy() of the final parameters, per graph
+    resumed_from: int  # update index the run started from (0: fresh)
+
+
+def cluster_of(config: Config) -> Cluster:
+    return Cluster.preset(config.cluster_preset, config.n_devices)
+
+
+def train_and_evaluate(
+    config: Config,
+    graphs: list[PlacementGraph],
+    workdir: str | os.PathLike,
+    *,
+    progress: bool = True,
+    stop_at: int | None = None,
+    on_eval: Callable[[int, dict[str, float]], None] | None = None,
+) -> TrainResult:
+    """Train on `graphs` in `workdir`, resuming from its checkpoint if there is one.
+    `stop_at` ends the call after that many updates in total without a final checkpoint (a time
+    box, and how tests stand in for a killed run)."""
+    bank = build_bank(graphs, config.run.buckets)
+    cluster = cluster_of(config)
+    trainer = Trainer.create(config, bank, cluster.broadcast)
+    env_params = trainer.env.params(bank, cluster)
+    write_run(workdir, config, list(bank.names))
+    checkpointer = Checkpointer(workdir)
+    fresh = trainer.init(jax.random.key(config.seed), env_params)
+    state = checkpointer.restore_state(fresh) or fresh
+    start = int(state.iteration)
+    log = MetricsLog(workdir, start)
+    update = jax.jit(trainer.update)
+    evaluate = jax.jit(lambda p, e: greedy(trainer, p, e))
+    hyper = Hyper.of(config)
+    total = config.train.iterations
+    end = total if stop_at is None else min(stop_at, total)
+    try:
+        with tqdm(
+            total=total,
+            initial=start,
+            disable=not progress,
+            desc="train",
+            unit="update",
+            dynamic_ncols=True,
+        ) as bar:
+            for iteration in range(start + 1, end + 1):
+                state, metrics = update(state, env_params, hyper)
+                record = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                if iteration % config.run.eval_every == 0 or iteration == total:
+                    summary = _eval_record(evaluate(state.params, env_params), bank.names)
+                    record.update(summary)
+                    bar.set_postfix(
+                        runtime=f"{record['train/final_runtime']:.4g}",
+                        eval=f"{summary['eval/best_runtime']:.4g}",
+                    )
+                    if on_eval is not None:
+                        on_eval(iteration, summary)
+                log.write(iteration, record)
+                if iteration % config.run.checkpoint_every == 0 or iteration == total:
+                    checkpointer.save(iteration, state)
+                bar.update(1)
+    finally:
+        log.close()
+        checkpointer.close()
+    evaluation = jax.device_get(evaluate(state.params, env_params))
+    return TrainResult(state, trainer, bank, evaluation, start)
+
+
+def _eval_record(out: dict[str, jax.Array], names: tuple[str, ...]) -> dict[str, float]:
+    out = jax.device_get(out)
+    record = {
+        "eval/initial_runtime": float(np.mean(out["initial_runtime"])),
+        "eval/best_runtime": float(np.mean(out["best_runtime"])),
+        "eval/final_runtime": float(np.mean(out["final_runtime"])),
+    }
+    for i, name in enumerate(names):
+        record[f"eval/{name}/best_runtime"] = float(out["best_runtime"][i])
+    return record
+
+
+class MetricsLog:
+    """metrics.jsonl (one object per update, with "iteration") and TensorBoard scalars. Records
+    after `start` (left by a killed run) are dropped when it opens."""
+
+    def __init__(self, workdir: str | os.PathLike, start: int):
+        self.path = Path(workdir) / "metrics.jsonl"
+        kept = [r for r in self._records() if r.get("iteration", 0) <= start]
+        with atomic_write(self.path) as f:
+            f.write("".join(json.dumps(r) + "\n" for r in kept).encode())
+        self._file = self.path.open("a")
+        self._tb = _summary_writer(Path(workdir) / "tb", purge_step=start + 1)
+
+    def _records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        records = []
+        for line in self.path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut off when the run was killed, and everything after it
+        return records
+
+    def write(self, iteration: int, record: dict[str, float]) -> None:
+        self._file.write(json.dumps({"iteration": iteration, **record}) + "\n")
+        self._file.flush()
+        for key, value in record.items():
+            self._tb.add_scalar(key, value, iteration)
+
+    def close(self) -> None:
+        self._file.close()
+        self._tb.close()
+
+
+def _summary_writer(directory: Path, purge_step: int):
+    from tensorboardX import SummaryWriter  # imports protobuf; only when a run logs
+
+    return SummaryWriter(str(directory), purge_step=purge_step)
+
+
+def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
+    path = Path(workdir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
