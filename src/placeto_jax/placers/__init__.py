@@ -1,7 +1,14 @@
-"""Placers: every baseline behind one interface, `place(graph, cluster, key) -> [N] int64`."""
+"""Placers: every baseline behind one interface (docs/baselines.md).
+
+`METHODS[name].place(graph, cluster, key, budget=None) -> [N] int64` places a graph;
+`run_method(name, graph, cluster, key, budget=None)` also times it and scores the placement on
+the simulator. `PLACERS` keeps the plain `place(graph, cluster, key)` functions of the simple
+placers.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import jax
@@ -9,7 +16,11 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
+from placeto_jax.placers import expert, listsched, partition, search
+from placeto_jax.placers.base import Method, PlacerResult, Solution, Solver
 from placeto_jax.placers.simple import colocate, random, random_batch, round_robin, single
+from placeto_jax.placers.timeline import Schedule
+from placeto_jax.sim.api import simulate
 
 Placer = Callable[[Graph, Cluster, jax.Array], np.ndarray]
 
@@ -19,4 +30,130 @@ PLACERS: dict[str, Placer] = {
     "round-robin": round_robin,
 }
 
-__all__ = ["PLACERS", "Placer", "colocate", "random", "random_batch", "round_robin", "single"]
+
+def _plain(placer: Placer) -> Solver:
+    def solve(graph, cluster, key, budget=None) -> Solution:
+        del budget
+        return Solution(placer(graph, cluster, key))
+
+    return solve
+
+
+def _scheduler(scheduler: Callable[[Graph, Cluster], Schedule]) -> Solver:
+    def solve(graph, cluster, key, budget=None) -> Solution:
+        del key, budget
+        schedule = scheduler(graph, cluster)
+        return Solution(schedule.placement, 0, schedule.makespan)
+
+    return solve
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method(
+            "single",
+            "every op on the fastest device that holds the graph",
+            _plain(single),
+        ),
+        Method(
+            "random",
+            "every op on a uniformly random device",
+            _plain(random),
+        ),
+        Method(
+            "round-robin",
+            "op i of the topological order on device i mod D",
+            _plain(round_robin),
+        ),
+        Method(
+            "expert",
+            "human-expert split from per-model naming rules (zoo models)",
+            expert.expert,
+        ),
+        Method(
+            "metis",
+            "METIS partition (compute, bytes) into 1..D parts, best simulated",
+            partition.metis,
+        ),
+        Method(
+            "heft",
+            "HEFT: upward rank, earliest finish, insertion-based",
+            _scheduler(listsched.heft),
+        ),
+        Method(
+            "critical-path",
+            "CPOP: critical path on one device, rest earliest finish",
+            _scheduler(listsched.critical_path),
+        ),
+        Method(
+            "m-topo",
+            "Baechi m-TOPO: topological order in speed-balanced blocks",
+            _scheduler(listsched.m_topo),
+        ),
+        Method(
+            "m-etf",
+            "Baechi m-ETF: ready (op, device) pair with the earliest start",
+            _scheduler(listsched.m_etf),
+        ),
+        Method(
+            "m-sct",
+            "Baechi m-SCT: ETF keeping LP-chosen favourite children together",
+            _scheduler(listsched.m_sct),
+        ),
+        Method(
+            "random-search",
+            "best of BUDGET random placements (batched simulator)",
+            search.random_search,
+        ),
+        Method(
+            "local-search",
+            "greedy per-op device moves in topological order (batched)",
+            search.local_search,
+        ),
+        Method(
+            "cross-entropy",
+            "cross-entropy method over per-op device distributions",
+            search.cross_entropy,
+        ),
+    )
+}
+
+
+def run_method(
+    name: str, graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None = None
+) -> PlacerResult:
+    """Place `graph` with method `name`, time it, and score the placement on the simulator."""
+    if name not in METHODS:
+        raise ValueError(f"unknown placement method {name!r}; choose one of {', '.join(METHODS)}")
+    began = time.perf_counter()
+    solution = METHODS[name].solve(graph, cluster, key, budget)
+    wall = time.perf_counter() - began
+    result = simulate(graph, cluster, solution.placement)
+    peak = np.asarray(result.peak_memory, dtype=np.float64)
+    return PlacerResult(
+        method=name,
+        placement=np.asarray(solution.placement, dtype=np.int64),
+        makespan=float(result.makespan),
+        peak_memory=peak,
+        fits_memory=bool(np.all(peak <= cluster.memory_array)),
+        evaluations=solution.evaluations,
+        wall_s=wall,
+        estimate=solution.estimate,
+    )
+
+
+__all__ = [
+    "METHODS",
+    "PLACERS",
+    "Method",
+    "Placer",
+    "PlacerResult",
+    "Solution",
+    "colocate",
+    "random",
+    "random_batch",
+    "round_robin",
+    "run_method",
+    "single",
+]

@@ -1,0 +1,126 @@
+"""Every method through the one interface: valid placements, co-location, memory, and tiny
+graphs with known optima (a chain stays on one device; two independent chains split)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from placeto_jax import Cluster, Graph, simulate
+from placeto_jax.graphs.generators import layered
+from placeto_jax.placers import METHODS, PLACERS, run_method
+from placeto_jax.placers.expert import propagate, tag_devices
+
+KEY = jax.random.key(0)
+BUDGET = 256
+# methods that search for a short makespan (the others follow a fixed rule)
+OPTIMISING = ["metis", "heft", "critical-path", "m-etf", "m-sct", "random-search", "cross-entropy"]
+MEMORY_AWARE = ["heft", "critical-path", "m-topo", "m-etf", "m-sct", "random-search",
+                "cross-entropy", "local-search"]  # fmt: skip
+
+
+def _chains(n_chains: int, length: int) -> Graph:
+    """Independent chains of `length` ops (100 µs each, 76 kB outputs: a 10 µs transfer, more
+    than the 5.7 µs a device stays busy after an op)."""
+    n = n_chains * length
+    edges = [
+        (c * length + i, c * length + i + 1) for c in range(n_chains) for i in range(length - 1)
+    ]
+    return Graph.from_edges([100.0] * n, [76000.0] * n, edges)
+
+
+def test_methods_are_listed_with_one_line_each():
+    assert set(PLACERS) < set(METHODS)
+    for name, method in METHODS.items():
+        assert method.name == name and method.summary and "\n" not in method.summary
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_valid_placement_and_result(name):
+    graph, cluster = layered(40, seed=3), Cluster(n_devices=3)
+    result = run_method(name, graph, cluster, KEY, budget=BUDGET)
+    assert result.method == name
+    assert result.placement.dtype == np.int64 and result.placement.shape == (40,)
+    assert result.placement.min() >= 0 and result.placement.max() < 3
+    sim = simulate(graph, cluster, result.placement)
+    assert result.makespan == float(sim.makespan)
+    assert np.array_equal(result.peak_memory, sim.peak_memory)
+    assert result.fits_memory
+    assert result.evaluations <= BUDGET and result.wall_s >= 0
+    placement = METHODS[name].place(graph, cluster, KEY, BUDGET)
+    assert np.array_equal(placement, result.placement)  # a function of the key
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_colocation_is_respected(name):
+    base = layered(24, seed=4)
+    groups = np.full(24, -1)
+    groups[[0, 5, 11, 23]] = 0
+    groups[[3, 4]] = 1
+    graph = Graph.from_edges(base.cost, base.out_bytes, base.edges, colocation=groups)
+    placement = METHODS[name].place(graph, Cluster(n_devices=3), KEY, BUDGET)
+    assert len(set(placement[[0, 5, 11, 23]].tolist())) == 1
+    assert placement[3] == placement[4]
+
+
+@pytest.mark.parametrize("name", MEMORY_AWARE)
+def test_memory_is_respected_when_possible(name):
+    # 12 ops with 1 MB of parameters each; a device holds 5 MB: at least 3 devices are needed
+    base = layered(12, seed=5)
+    graph = Graph.from_edges(base.cost, base.out_bytes * 0, base.edges, param_bytes=[1e6] * 12)
+    cluster = Cluster(n_devices=4, memory=5e6)
+    assert run_method(name, graph, cluster, KEY, budget=1024).fits_memory
+
+
+@pytest.mark.parametrize("name", [*OPTIMISING, "local-search"])
+def test_a_chain_stays_on_one_device(name):
+    placement = METHODS[name].place(_chains(1, 6), Cluster(n_devices=2), KEY, BUDGET)
+    assert len(set(placement.tolist())) == 1
+
+
+@pytest.mark.parametrize("name", OPTIMISING)
+def test_two_equal_chains_split(name):
+    placement = METHODS[name].place(_chains(2, 3), Cluster(n_devices=2), KEY, BUDGET)
+    assert len(set(placement[:3].tolist())) == 1 and len(set(placement[3:].tolist())) == 1
+    assert placement[0] != placement[3]
+
+
+def test_search_budget_is_counted():
+    graph, cluster = layered(30, seed=6), Cluster(n_devices=2)
+    assert run_method("random-search", graph, cluster, KEY, budget=300).evaluations == 300
+    assert run_method("cross-entropy", graph, cluster, KEY, budget=600).evaluations == 512
+    assert run_method("local-search", graph, cluster, KEY, budget=200).evaluations <= 200
+    with pytest.raises(ValueError, match="budget"):
+        run_method("random-search", graph, cluster, KEY, budget=0)
+
+
+def test_unknown_method_is_named():
+    with pytest.raises(ValueError, match=r"'nope'.*heft"):
+        run_method("nope", layered(5), Cluster(n_devices=2), KEY)
+
+
+def test_expert_rules_on_scoped_names():
+    names = (
+        "zoo:nmt/Nmt/enc0_t01/enc0/x",
+        "zoo:nmt/Nmt/enc1_t01/enc1/x",
+        "zoo:nmt/Nmt/dec2_t03/dec2/x",
+        "zoo:nmt/Nmt/attention_t03",
+        "zoo:nmt/Nmt/softmax/dot",
+        "zoo:nmt/optimizer_4",
+    )
+    assert tag_devices(names, 2).tolist() == [0, 1, 0, 0, 1, -1]
+    bert = ("zoo:bert_base/Bert/embed/_take", "zoo:bert_base/Bert/layer3/ff1", "zoo:bert_base/x",
+            "zoo:bert_base/Bert/layer0/ff2", "zoo:bert_base/Bert/mlm_dense")  # fmt: skip
+    assert tag_devices(bert, 2).tolist() == [0, 1, -1, 0, 1]
+    assert tag_devices(("zoo:resnet50/ResNet/stage3_0/conv",), 4).tolist() == [2]
+    assert tag_devices(("zoo:inception_v3/InceptionV3/mixed_6b/b7x7dbl_2_conv",), 3).tolist() == [1]
+    assert tag_devices(("other",), 2).tolist() == [-1]
+
+
+def test_expert_propagation_follows_the_largest_input():
+    # 0 -> 2, 1 -> 2 (1's output larger), 2 -> 3; 4 is a root consumed by 3 only
+    graph = Graph.from_edges(
+        [1.0] * 5, [10.0, 20.0, 5.0, 0.0, 1.0], [(0, 2), (1, 2), (2, 3), (4, 3)]
+    )
+    assert propagate(graph, np.array([0, 1, -1, -1, -1])).tolist() == [0, 1, 1, 1, 1]
