@@ -10,6 +10,7 @@ import placeto_jax as pj
 from placeto_jax import Graph
 from placeto_jax.graphs.generators import diamond
 from placeto_jax.graphs.grouping import _State, group
+from placeto_jax.graphs.stats import graph_stats
 from randgraphs import random_case
 
 
@@ -50,13 +51,16 @@ def test_diamond_never_groups_a_with_d():
 
 
 def test_diamond_to_two_groups_by_hand():
-    # Every edge has a single producer or consumer; heaviest first: (a,b) and (a,c) tie at
-    # 76000 bytes and (a,b) wins by index; a is then taken, so (c,d) merges. {a,b} and {c,d}.
+    # a 100 -> b 50, c 30 -> d 10; critical path a, b, d = 160 µs. Round 1: no merge is free;
+    # every merge makes the critical path 190 (e.g. {a, b} delays c to 150, then 30 + 10) and
+    # lengthens its own path by 30; bytes break the tie: (a, b) and (a, c) carry 76000 and
+    # (a, b) wins by index. Round 2: ({a, b}, c) and (c, d) are free (their paths are 190
+    # already); ({a, b}, c) carries 76000 bytes, (c, d) 7600. {a, b, c} and {d}.
     g = group(diamond(), target=2)
-    np.testing.assert_array_equal(g.op_to_group, [0, 0, 1, 1])
-    np.testing.assert_array_equal(g.graph.cost, [150.0, 40.0])
-    np.testing.assert_array_equal(g.graph.out_bytes, [76000.0 + 7600.0, 0.0])
-    assert g.graph.names == ("group", "group_1")
+    np.testing.assert_array_equal(g.op_to_group, [0, 0, 0, 1])
+    np.testing.assert_array_equal(g.graph.cost, [180.0, 10.0])
+    np.testing.assert_array_equal(g.graph.out_bytes, [7600.0 + 7600.0, 0.0])
+    assert g.graph.names == ("group", "d")
 
 
 def test_can_merge_rejects_a_path_through_a_third_group():
@@ -209,3 +213,43 @@ def test_scope_ignores_transformation_wrappers():
     grouping = group(graph, scope_depth=2)
     assert grouping.op_to_group.tolist() == [0, 0, 0, 1]
     assert grouping.graph.names == ("Net/fc", "jvp(Net)/out")
+
+
+def two_branches(side_sinks: bool = False) -> Graph:
+    """A cheap chain p0 -> p1 -> p2 forks into two equal branches a0 -> a1 -> a2 and
+    b0 -> b1 -> b2 (10 µs an op) that join in t; with `side_sinks`, a1 and b1 also feed a
+    2 µs sink each (like a weight gradient)."""
+    names = ["p0", "p1", "p2", "a0", "a1", "a2", "b0", "b1", "b2", "t"]
+    cost = [1.0, 1.0, 1.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 1.0]
+    edges = [("p0", "p1"), ("p1", "p2"), ("p2", "a0"), ("p2", "b0"), ("a2", "t"), ("b2", "t")]
+    edges += [("a0", "a1"), ("a1", "a2"), ("b0", "b1"), ("b1", "b2")]
+    if side_sinks:
+        names += ["ga", "gb"]
+        cost += [2.0, 2.0]
+        edges += [("a1", "ga"), ("b1", "gb")]
+    return Graph.from_edges(cost, [4.0] * len(cost), edges, names=names)
+
+
+def test_chains_collapse_and_branches_stay_apart():
+    # Op graph: critical path p, a, t = 3 + 30 + 1 = 34 µs, total 64 µs. Merging along the
+    # chains lengthens no path, so they collapse first; the four chains are the four groups
+    # and the critical path is unchanged. (Heavy-edge matching gave p0 p1 p2 a0 | a1 a2 | b0 b1
+    # | b2 t, where t waits for both branches and b2: parallelism 1.45.)
+    graph = two_branches()
+    g = group(graph, target=4)
+    np.testing.assert_array_equal(g.op_to_group, [0, 0, 0, 1, 1, 1, 2, 2, 2, 3])
+    np.testing.assert_array_equal(g.graph.cost, [3.0, 30.0, 30.0, 1.0])
+    assert graph_stats(graph).critical_path_us == 34.0
+    assert graph_stats(g.graph).critical_path_us == 34.0
+    np.testing.assert_allclose(graph_stats(g.graph).parallelism, 64.0 / 34.0)
+
+
+def test_side_sinks_merge_without_joining_the_branches():
+    # Op graph: critical path 34 µs, total 68 µs, parallelism 2. After the chains collapse the
+    # sinks ga and gb (both ready at 23 µs, so merging them lengthens no critical path) merge,
+    # then join the sink t: the branches stay apart and the critical path is 33 + 1 + 2 + 2.
+    graph = two_branches(side_sinks=True)
+    g = group(graph, target=4)
+    np.testing.assert_array_equal(g.op_to_group, [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3])
+    assert graph_stats(graph).parallelism == 2.0
+    assert graph_stats(g.graph).critical_path_us == 38.0  # parallelism 1.79, 0.89 of 2

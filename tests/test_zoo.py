@@ -10,7 +10,8 @@ import pytest
 
 from placeto_jax.graphs import zoo
 from placeto_jax.graphs.core import Graph
-from placeto_jax.graphs.grouping import Grouping
+from placeto_jax.graphs.grouping import Grouping, group
+from placeto_jax.graphs.stats import graph_stats
 
 TINY = {
     "resnet50": {"batch": 2, "image": 32, "blocks": (1, 1, 1, 1), "width": 8, "classes": 10},
@@ -69,6 +70,21 @@ def test_inception_branches_are_parallel():
     for u in convs:
         for v in convs:
             assert u == v or not graph.is_ancestor(u, v)
+
+
+def test_inception_grouping_keeps_branches_apart():
+    # Measured: parallelism 5.61 ungrouped, 3.19 at 200 groups (1.05 and 1.11 with the earlier
+    # heavy-edge grouping without and with scope depth 3, both with the four branches in one
+    # group).
+    graph = _tiny("inception_v3")[0]
+    grouping = group(graph, target=200)
+    prefix = "zoo:inception_v3/jvp(InceptionV3)/mixed_5b"
+    convs = [
+        graph.index(f"{prefix}/{branch}_conv/conv_general_dilated")
+        for branch in ("b1x1", "b5x5_2", "b3x3dbl_3", "pool")
+    ]
+    assert len(set(grouping.op_to_group[convs].tolist())) == 4
+    assert graph_stats(grouping.graph).parallelism > 0.5 * graph_stats(graph).parallelism
 
 
 def _step_scopes(graph: Graph, name: str, model: str) -> set[str]:

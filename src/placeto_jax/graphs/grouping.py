@@ -11,18 +11,25 @@ graph so that the grouped graph never has a cycle:
    the scope `Net/fc` and a layer's backward ops join its forward ops). Members
    are added in topological order to the first piece of their scope that they can join without
    a cycle, else they start a new piece: a scope is split only where data leaves it and comes
-   back.
-3. target: rounds of heavy-edge matching until at most `target` groups remain. Each round
-   visits the group edges, those into a single consumer or out of a single producer first, then
-   heaviest (bytes crossing) first, and merges each edge whose two groups have not been merged
-   yet this round and whose merge is safe. Groups with no edges between them are merged
-   cheapest first.
+   back. Mutually parallel ops of a scope are merged too, which serialises them (a layer's
+   input and weight gradients); the zoo leaves this step out.
+3. target: rounds of merges until at most `target` groups remain, ranked by the group graph's
+   critical path (longest path by cost) after the merge, so that parallel branches stay apart.
+   Candidates are the group edges (producer into consumer) and pairs of sinks (sources) next
+   to each other in start (finish) time. A merged group starts when its last producer
+   finishes, so merging A and B makes the longest path through them max(start of A, start of
+   B but A) + cost A + cost B + max(longest path after A but B, after B). Order: the critical
+   path after the merge, then how much the merge lengthens the longest path through A and B,
+   then the bytes that stop crossing (heaviest first). Path lengths are computed once a round;
+   a round merges each group at most once and takes the merges that lengthen no path (chains
+   collapse first) or, when there are none, merges that do for at most `ROUND_SHARE` of the
+   groups. Groups with no edges between them are merged cheapest first.
 
 Cycle check: merging groups A and B creates a cycle exactly when a third group X lies on a path
 between them (A ~> X ~> B or B ~> X ~> A). The reachability of the current group graph is kept
-as bit rows (one per group, indexed by a member op) and updated after every merge, so each check
-is two row-column intersections: desc(A) & anc(B) and desc(B) & anc(A) must be empty. Memory is
-N * N / 8 bytes.
+as bit rows (one per group, indexed by a member op) and updated after every merge (only the rows
+of groups that reached one of the two change), so each check is a row-column intersection:
+desc(A) & anc(B) must be empty when A reaches B. Memory is N * N / 8 bytes.
 
 Aggregation of the grouped graph: cost and param_bytes are sums over members (a group's ops run
 one after another on one device); out_bytes sums the outputs of members that have a consumer
@@ -41,6 +48,8 @@ from collections import Counter
 import numpy as np
 
 from placeto_jax.graphs.core import Graph
+
+ROUND_SHARE = 0.05  # of the groups: merges per round that lengthen a path
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -120,20 +129,23 @@ class _State:
         return np.unpackbits(self.reach[a], count=self.reach.shape[0]).astype(bool)
 
     def can_merge(self, a: int, b: int) -> bool:
-        """True when no third group lies on a path between groups a and b."""
-        return not (
-            np.any(self._row(a) & self._column(b)) or np.any(self._row(b) & self._column(a))
-        )
+        """True when no third group lies on a path between groups a and b (only possible from
+        the one that reaches the other, so at most one column is read)."""
+        for x, y in ((a, b), (b, a)):
+            row = self._row(x)
+            if row[y] and np.any(row & self._column(y)):
+                return False
+        return True
 
     def merge(self, a: int, b: int) -> int:
         """Merge groups a and b (a safe merge) into the slot of the larger; return that slot."""
         keep, gone = (a, b) if len(self.members[a]) >= len(self.members[b]) else (b, a)
-        ancestors = self._column(keep) | self._column(gone)
+        changed = np.flatnonzero(self._column(keep) ^ self._column(gone))  # reach one of two
         row = self.reach[keep] | self.reach[gone]
         row[gone >> 3] &= ~np.uint8(1 << (7 - (gone & 7)))
         row[keep >> 3] &= ~np.uint8(1 << (7 - (keep & 7)))
-        self.reach[ancestors] |= row
-        self.reach[ancestors, keep >> 3] |= np.uint8(1 << (7 - (keep & 7)))
+        self.reach[changed] |= row
+        self.reach[changed, keep >> 3] |= np.uint8(1 << (7 - (keep & 7)))
         self.reach[:, gone >> 3] &= ~np.uint8(1 << (7 - (gone & 7)))
         self.reach[keep] = row
         self.reach[gone] = 0
@@ -195,40 +207,129 @@ def _merge_scopes(state: _State, graph: Graph, depth: int) -> None:
 
 
 def _merge_to_target(state: _State, graph: Graph, target: int) -> None:
-    """Rounds of heavy-edge matching (then cheapest-first pairing of unconnected groups)."""
+    """Rounds of merges, best first (`_candidates`), then cheapest-first pairing once no group
+    edges are left. Path lengths are computed once a round, so a round takes the merges that
+    lengthen no path through their groups, and only when there are none, merges that do: at most
+    `ROUND_SHARE` of the groups (at least one), as they use up the slack the others were ranked
+    by."""
     while state.n_groups > target:
-        pairs = _edge_candidates(state, graph)
+        pairs, longer = _candidates(state, graph)
         if pairs.size == 0:
             _pair_cheapest(state, graph, target)
             return
-        used: set[int] = set()
-        for a, b in pairs:
-            if a in used or b in used or not state.can_merge(a, b):
-                continue
+        if not _merge_round(state, pairs[~longer], target, state.n_groups):
+            _merge_round(state, pairs[longer], target, max(1, int(ROUND_SHARE * state.n_groups)))
+
+
+def _merge_round(state: _State, pairs: np.ndarray, target: int, limit: int) -> int:
+    """Merge safe `pairs` in order, each group at most once, until `limit` merges or `target`
+    groups; return the number of merges."""
+    used: set[int] = set()
+    for a, b in pairs.tolist():
+        if len(used) == 2 * limit or state.n_groups <= target:
+            break
+        if a not in used and b not in used and state.can_merge(a, b):
             used.update((a, b))
             state.merge(a, b)
-            if state.n_groups <= target:
-                return
+    return len(used) // 2
 
 
-def _edge_candidates(state: _State, graph: Graph) -> np.ndarray:
-    """[K, 2] int64 group edges (slots), single producer/consumer first, then heaviest first.
-    The weight of an edge is the bytes of the distinct producer outputs that cross it."""
-    src, dst = state.slot[graph.edges[:, 0]], state.slot[graph.edges[:, 1]]
+def _candidates(state: _State, graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """[K, 2] int64 candidate merges (slots), best first, and [K] bool: the merge lengthens
+    the longest path through its two groups. Candidates are the group edges and the pairs of
+    sinks (sources) next to each other in order of start (finish) time. Order: the critical
+    path after the merge (its longest path through the merged group, or the current critical
+    path when that is longer), then how much the merge lengthens the longest path through the
+    two groups, then the bytes that stop crossing (heaviest first)."""
+    slots = np.array(sorted(state.members), dtype=np.int64)
+    n = len(slots)
+    group_of = np.searchsorted(slots, state.slot)  # [N] group index 0..n-1 of every op
+    src, dst = group_of[graph.edges[:, 0]], group_of[graph.edges[:, 1]]
     crossing = src != dst
     if not crossing.any():
-        return np.zeros((0, 2), dtype=np.int64)
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=bool)
     sends = np.unique(np.stack([graph.edges[crossing, 0], dst[crossing]], axis=1), axis=0)
-    pairs, inverse = np.unique(
-        np.stack([state.slot[sends[:, 0]], sends[:, 1]], axis=1), axis=0, return_inverse=True
+    edges, inverse = np.unique(
+        np.stack([group_of[sends[:, 0]], sends[:, 1]], axis=1), axis=0, return_inverse=True
     )
-    weight = np.bincount(inverse.ravel(), weights=graph.out_bytes[sends[:, 0]])
-    n = graph.n_ops
-    out_degree = np.bincount(pairs[:, 0], minlength=n)
-    in_degree = np.bincount(pairs[:, 1], minlength=n)
-    single = (out_degree[pairs[:, 0]] == 1) | (in_degree[pairs[:, 1]] == 1)
-    order = np.lexsort((pairs[:, 1], pairs[:, 0], -weight, ~single))
-    return pairs[order]
+    cost = np.bincount(group_of, weights=graph.cost, minlength=n)
+    finish, rest = _levels(edges, cost, n)
+    a, b = edges[:, 0], edges[:, 1]
+    wait, wait_but = _max_but(b, a, finish[a], n)  # start: the last producer's finish
+    tail, tail_but = _max_but(a, b, rest[b], n)  # longest path after the group
+    length = np.maximum(wait[a], wait_but(b, a)) + cost[a] + cost[b]
+    length += np.maximum(tail_but(a, b), tail[b])
+    pairs = [edges]
+    lengths = [length]
+    growth = [length - np.maximum(finish[a] + tail[a], finish[b] + tail[b])]
+    weights = [np.bincount(inverse.ravel(), weights=graph.out_bytes[sends[:, 0]])]
+    sinks = np.flatnonzero(np.bincount(a, minlength=n) == 0)
+    sources = np.flatnonzero(np.bincount(b, minlength=n) == 0)
+    for ends, key in ((sinks, wait), (sources, tail)):
+        ends = ends[np.argsort(key[ends], kind="stable")]
+        u, v = ends[:-1], ends[1:]
+        length = np.maximum(key[u], key[v]) + cost[u] + cost[v]
+        pairs.append(np.stack([u, v], axis=1))
+        lengths.append(length)
+        growth.append(length - np.maximum(key[u] + cost[u], key[v] + cost[v]))
+        weights.append(np.zeros(len(u)))
+    critical = finish.max()
+    longer = np.concatenate(growth) > 1e-9 * critical  # not rounding error
+    pairs_all = np.concatenate(pairs)
+    order = np.lexsort(
+        (
+            pairs_all[:, 1],
+            pairs_all[:, 0],
+            -np.concatenate(weights),
+            np.where(longer, np.concatenate(growth), 0.0),
+            np.maximum(np.concatenate(lengths), critical),
+        )
+    )
+    return slots[pairs_all[order]], longer[order]
+
+
+def _levels(edges: np.ndarray, cost: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """[n] float64 µs each, per group of the group graph given by `edges` and `cost`: the
+    longest path ending with the group (its finish time with unlimited devices and free
+    transfers) and the longest path starting with it (both include the group's cost)."""
+    children: list[list[int]] = [[] for _ in range(n)]
+    for u, v in edges.tolist():
+        children[u].append(v)
+    indegree = np.bincount(edges[:, 1], minlength=n).tolist()
+    weight = cost.tolist()
+    finish = [0.0] * n
+    order = [v for v in range(n) if indegree[v] == 0]  # grows while visited (Kahn)
+    for u in order:
+        finish[u] += weight[u]
+        for v in children[u]:
+            finish[v] = max(finish[v], finish[u])
+            indegree[v] -= 1
+            if indegree[v] == 0:
+                order.append(v)
+    rest = [0.0] * n
+    for u in reversed(order):
+        rest[u] = weight[u] + max((rest[v] for v in children[u]), default=0.0)
+    return np.array(finish), np.array(rest)
+
+
+def _max_but(keys: np.ndarray, others: np.ndarray, values: np.ndarray, n: int):
+    """The largest of `values` per key ([n], 0.0 for none) and a function (key, other) -> the
+    largest per key over the entries whose other end is not `other` (one entry per pair)."""
+    first = np.zeros(n)
+    np.maximum.at(first, keys, values)
+    at_first = np.flatnonzero(values == first[keys])
+    best = at_first[np.unique(keys[at_first], return_index=True)[1]]
+    best_other = np.full(n, -1, dtype=np.int64)
+    best_other[keys[best]] = others[best]
+    rest = np.ones(len(keys), dtype=bool)
+    rest[best] = False
+    second = np.zeros(n)
+    np.maximum.at(second, keys[rest], values[rest])
+
+    def but(key: np.ndarray, other: np.ndarray) -> np.ndarray:
+        return np.where(best_other[key] == other, second[key], first[key])
+
+    return first, but
 
 
 def _pair_cheapest(state: _State, graph: Graph, target: int) -> None:
