@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: install  ## simulate a built-in graph under several placers and print a table
-	$(VENV)/bin/placeto-jax demo
+RUN_DIR ?= runs/make-run
+
+run: install  ## train Placeto on family:ptb/train (4 devices, CPU preset), place family:ptb/test zero-shot
+	$(VENV)/bin/placeto-jax train --graphs family:ptb/train --devices 4 --preset tiny --workdir $(RUN_DIR)
+	$(VENV)/bin/placeto-jax eval --checkpoint $(RUN_DIR) --graphs family:ptb/test
 
 test: install  ## the default suite (slow tests excluded)
 	$(PY) -m pytest -q -n 2

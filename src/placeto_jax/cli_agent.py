@@ -21,10 +21,12 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.config import PRESETS, Config, make_config
 from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.files import atomic_write
-from placeto_jax.graphs.registry import load
+from placeto_jax.graphs.registry import load, resolve_graph
+from placeto_jax.placers import METHODS, run_method
 from placeto_jax.report import format_table
 from placeto_jax.rl.evaluate import Placement, place_graphs
 from placeto_jax.rl.loop import cluster_of, train_and_evaluate
+from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.rl.train import Trainer
 
 MS = 1e3  # µs
@@ -70,18 +72,43 @@ def add_agent_commands(commands) -> None:
         help="override a config field, e.g. train.episodes=128 (repeatable)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="multi-host training: process 0's address (jax.distributed)",
+    )
+    train.add_argument("--num-processes", type=int, metavar="N", help="with --coordinator")
+    train.add_argument("--process-id", type=int, metavar="I", help="with --coordinator")
     train.set_defaults(command=_train)
 
     place = commands.add_parser(
         "place",
-        help="place a graph with a trained policy (zero-shot)",
-        description="Place GRAPH with the policy in a checkpoint directory, without training.",
+        help="place a graph with a trained policy (zero-shot) or a baseline method",
+        description="Place GRAPH with the policy in a checkpoint directory (without training), "
+        "or with a baseline placement method.",
+        epilog="methods:\n" + "\n".join(f"  {m.name:<14} {m.summary}" for m in METHODS.values()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     place.add_argument("graph", metavar="GRAPH", help="graph file or built-in graph")
-    place.add_argument("--checkpoint", required=True, metavar="DIR", help="run directory")
+    source = place.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", metavar="DIR", help="run directory of a trained policy")
+    source.add_argument("--method", metavar="NAME", help="a baseline method (listed below)")
     place.add_argument(
-        "--devices", type=int, metavar="D", help="device count (must match the checkpoint's)"
+        "--devices",
+        type=int,
+        metavar="D",
+        help="device count (with --checkpoint: must match the checkpoint's)",
     )
+    place.add_argument(
+        "--cluster",
+        default="placeto-k80",
+        metavar="NAME",
+        help="cluster preset for --method (default: %(default)s)",
+    )
+    place.add_argument(
+        "--budget", type=int, metavar="N", help="simulator evaluations for the search methods"
+    )
+    place.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     place.add_argument("-o", "--output", metavar="FILE", help="write the placement (JSON)")
     place.add_argument("--json", action="store_true", help="print one JSON object")
     place.set_defaults(command=_place)
@@ -98,15 +125,16 @@ def add_agent_commands(commands) -> None:
 
 
 # ---------------------------------------------------------------------- graphs
-def load_graphs(spec: str, group_target: int) -> list[PlacementGraph]:
-    """The graphs named by a comma-separated spec, coarsened for the agent."""
+def load_graphs(spec: str, config: Config) -> list[PlacementGraph]:
+    """The graphs named by a comma-separated spec, coarsened for the agent as `config` says."""
+    overhead = cluster_of(config).delta1
     out = []
     for item in (s.strip() for s in spec.split(",")):
         if not item:
             raise ValueError(f"empty graph name in {spec!r}")
         loaded = load(item)
         pairs = loaded if isinstance(loaded, list) else [(item, loaded)]
-        out.extend(prepare(name, graph, group_target) for name, graph in pairs)
+        out.extend(prepare(name, graph, config.run.group_target, overhead) for name, graph in pairs)
     return out
 
 
@@ -119,9 +147,12 @@ def _train(args: argparse.Namespace) -> int:
         args.preset, args.set, n_devices=args.devices, cluster_preset=args.cluster, seed=args.seed
     )
     workdir = args.workdir or _default_workdir(args.graphs, args.devices, args.seed)
-    graphs = load_graphs(args.graphs, config.run.group_target)
-    with jax.enable_x64(False):
-        result = train_and_evaluate(config, graphs, workdir, progress=not args.no_progress)
+    graphs = load_graphs(args.graphs, config)
+    if args.coordinator:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+    mesh = episode_mesh() if jax.device_count() > 1 else None
+    result = train_and_evaluate(config, graphs, workdir, progress=not args.no_progress, mesh=mesh)
     evaluation = result.evaluation
     rows = [("graph", "nodes", "initial", "placeto", "improvement")]
     for i, pg in enumerate(graphs):
@@ -174,7 +205,7 @@ def load_policy(checkpoint: str, graphs: list[PlacementGraph], devices: int | No
 
 def _placements(checkpoint: str, spec: str, devices: int | None) -> tuple[Config, list]:
     config, _ = load_run(checkpoint)
-    graphs = load_graphs(spec, config.run.group_target)
+    graphs = load_graphs(spec, config)
     with jax.enable_x64(False):
         config, params = load_policy(checkpoint, graphs, devices)
         results = place_graphs(config, params, graphs, cluster_of(config))
@@ -182,12 +213,12 @@ def _placements(checkpoint: str, spec: str, devices: int | None) -> tuple[Config
 
 
 def _place(args: argparse.Namespace) -> int:
+    if args.method:
+        return _place_method(args)
     config, (result,) = _placements(args.checkpoint, args.graph, args.devices)
-    if args.output:
-        with atomic_write(args.output) as f:
-            f.write(json.dumps({"placement": result.placement.tolist()}).encode())
+    _write_placement(args.output, result.placement)
     if args.json:
-        print(json.dumps(_placement_json(result)))
+        print(json.dumps({"method": "placeto", **_placement_json(result)}))
         return 0
     print(
         f"graph    {result.graph}: placed as {result.n_nodes} nodes by the policy in "
@@ -195,11 +226,63 @@ def _place(args: argparse.Namespace) -> int:
     )
     print(f"devices  {config.n_devices} x {config.cluster_preset}\n")
     print(format_table(_placement_rows([result], with_graph=False)))
-    if not result.fits_memory:
-        print("\nwarning: the placement exceeds some device's memory", file=sys.stderr)
-    if args.output:
-        print(f"\nplacement written to {args.output}")
+    _after_placing(result.fits_memory, args.output)
     return 0
+
+
+def _place_method(args: argparse.Namespace) -> int:
+    if args.devices is None:
+        raise ValueError("--method needs --devices")
+    graph = resolve_graph(args.graph)
+    cluster = Cluster.preset(args.cluster, args.devices)
+    result = run_method(args.method, graph, cluster, jax.random.key(args.seed), args.budget)
+    _write_placement(args.output, result.placement)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "graph": args.graph,
+                    "method": result.method,
+                    "makespan": result.makespan,
+                    "peak_memory": np.asarray(result.peak_memory).tolist(),
+                    "fits_memory": result.fits_memory,
+                    "evaluations": result.evaluations,
+                    "wall_s": result.wall_s,
+                    "placement": result.placement.tolist(),
+                }
+            )
+        )
+        return 0
+    print(f"graph    {args.graph}: {graph.n_ops} ops; method {result.method}")
+    print(f"devices  {args.devices} x {args.cluster}\n")
+    print(
+        format_table(
+            [
+                ("makespan ms", "peak memory GB", "evaluations", "wall s"),
+                (
+                    f"{result.makespan / MS:.3f}",
+                    f"{np.max(result.peak_memory) / 1e9:.3f}",
+                    str(result.evaluations),
+                    f"{result.wall_s:.2f}",
+                ),
+            ]
+        )
+    )
+    _after_placing(result.fits_memory, args.output)
+    return 0
+
+
+def _write_placement(path: str | None, placement: np.ndarray) -> None:
+    if path:
+        with atomic_write(path) as f:
+            f.write(json.dumps({"placement": np.asarray(placement).tolist()}).encode())
+
+
+def _after_placing(fits: bool, output: str | None) -> None:
+    if not fits:
+        print("\nwarning: the placement exceeds some device's memory", file=sys.stderr)
+    if output:
+        print(f"\nplacement written to {output}")
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -220,6 +303,7 @@ def _placement_json(r: Placement) -> dict:
         "peak_memory": np.asarray(r.peak_memory).tolist(),
         "fits_memory": r.fits_memory,
         "nodes": r.n_nodes,
+        "evaluations": r.evaluations,
         "placement": r.placement.tolist(),
     }
 

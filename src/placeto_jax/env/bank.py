@@ -31,16 +31,27 @@ class PlacementGraph:
         return placement if self.op_to_group is None else placement[self.op_to_group]
 
 
-def prepare(name: str, graph: Graph, group_target: int = 0) -> PlacementGraph:
+def prepare(
+    name: str, graph: Graph, group_target: int = 0, op_overhead_us: float = 0.0
+) -> PlacementGraph:
     """Coarsen `graph` to at most `group_target` nodes (0: keep every op), always merging
-    co-located ops, which the agent places as one node."""
+    co-located ops, which the agent places as one node.
+
+    A group of k ops runs as k kernels, each followed by the cluster's per-op overhead (its
+    `delta1`); the group pays the k - 1 overheads inside it in its cost (`op_overhead_us` each),
+    so that the grouped graph on one device takes exactly as long as the op graph."""
     colocated = graph.colocation is not None and len(np.unique(graph.colocation)) < graph.n_ops
     if not group_target and not colocated:
         return PlacementGraph(name, graph)
     grouping: Grouping = group(graph, target=group_target or None)
     if grouping.n_groups == graph.n_ops:
         return PlacementGraph(name, graph)
-    return PlacementGraph(name, grouping.graph, graph, np.asarray(grouping.op_to_group))
+    op_to_group = np.asarray(grouping.op_to_group)
+    inside = np.bincount(op_to_group, minlength=grouping.n_groups) - 1
+    grouped = dataclasses.replace(
+        grouping.graph, cost=grouping.graph.cost + inside * op_overhead_us
+    )
+    return PlacementGraph(name, grouped, graph, op_to_group)
 
 
 @dataclasses.dataclass(frozen=True)

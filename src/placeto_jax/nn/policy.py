@@ -82,8 +82,10 @@ class Propagate(nn.Module):
 def _dense_params(module: nn.Module, name: str, n_in: int, n_out: int) -> dict:
     """A Dense layer's parameters, declared directly so that lax loops can close over them."""
     return {
-        "kernel": module.param(f"{name}_kernel", nn.initializers.lecun_normal(), (n_in, n_out)),
-        "bias": module.param(f"{name}_bias", nn.initializers.zeros_init(), (n_out,)),
+        "kernel": module.param(
+            f"{name}_kernel", nn.initializers.lecun_normal(), (n_in, n_out), jnp.float32
+        ),
+        "bias": module.param(f"{name}_bias", nn.initializers.zeros_init(), (n_out,), jnp.float32),
     }
 
 

@@ -2,7 +2,9 @@
 
 A greedy episode starts from the environment's initial placement (drawn with a fixed evaluation
 key, so evaluations are comparable across updates), takes the argmax device at every step, and
-returns the best placement it visited (which includes the initial one).
+returns the best placement it visited (which includes the initial one). `place_graphs` ranks the
+visited placements by an exact simulation of the op graph (the grouped graph the policy sees is
+an approximation of it), so the placement it returns is never worse than the initial one.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def greedy(trainer: Trainer, params: Any, env_params: EnvParams) -> dict[str, ja
         "best_runtime": state.best_runtime,
         "initial_placement": rollout.placement[0].astype(jnp.int32),
         "best_placement": state.best_placement,
+        "visited": jnp.concatenate([rollout.placement, state.placement[None].astype(jnp.int8)]),
     }
 
 
@@ -53,34 +56,43 @@ class Placement:
     peak_memory: np.ndarray  # [D] bytes
     fits_memory: bool
     n_nodes: int  # nodes the policy placed (groups when coarsened)
+    evaluations: int  # placements simulated on the op graph to choose the returned one
 
 
 def place_graphs(
     config: Config, params: Any, graphs: list[PlacementGraph], cluster: Cluster
 ) -> list[Placement]:
     """Greedy placements of `graphs` (all in one bank: one compiled program)."""
-    bank = build_bank(graphs, config.run.buckets)
-    trainer = Trainer.create(config, bank, cluster.broadcast)
-    env_params = trainer.env.params(bank, cluster)
-    out = jax.device_get(jax.jit(lambda p, e: greedy(trainer, p, e))(params, env_params))
+    with jax.enable_x64(False):
+        bank = build_bank(graphs, config.run.buckets)
+        trainer = Trainer.create(config, bank, cluster.broadcast)
+        env_params = trainer.env.params(bank, cluster)
+        out = jax.device_get(jax.jit(lambda p, e: greedy(trainer, p, e))(params, env_params))
     results = []
     for i, pg in enumerate(graphs):
         n = pg.graph.n_ops
-        best = pg.expand(np.asarray(out["best_placement"][i, :n], dtype=np.int64))
-        initial = pg.expand(np.asarray(out["initial_placement"][i, :n], dtype=np.int64))
+        steps = trainer.config.env.passes * n
+        visited = np.asarray(out["visited"][: steps + 1, i, :n], dtype=np.int64)
         op_graph = pg.op_graph or pg.graph
-        runs = simulate(op_graph, cluster, np.stack([best, initial]))
+        runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in visited]))
+        fits = np.all(runs.peak_memory <= cluster.memory_array, axis=1)
+        best = (
+            int(np.argmin(np.where(fits, runs.makespan, np.inf)))
+            if fits.any()
+            else int(np.argmin(runs.makespan))
+        )
         alone = simulate(op_graph, cluster, single(op_graph, cluster, jax.random.key(0)))
         results.append(
             Placement(
                 graph=pg.name,
-                placement=best,
-                makespan=float(runs.makespan[0]),
+                placement=pg.expand(visited[best]),
+                makespan=float(runs.makespan[best]),
                 single_device_makespan=float(alone.makespan),
-                initial_makespan=float(runs.makespan[1]),
-                peak_memory=np.asarray(runs.peak_memory[0]),
-                fits_memory=bool(np.all(runs.peak_memory[0] <= cluster.memory_array)),
+                initial_makespan=float(runs.makespan[0]),
+                peak_memory=np.asarray(runs.peak_memory[best]),
+                fits_memory=bool(fits[best]),
                 n_nodes=n,
+                evaluations=steps + 1,
             )
         )
     return results

@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
 from placeto_jax.checkpoint import Checkpointer, write_run
@@ -26,6 +27,7 @@ from placeto_jax.config import Config
 from placeto_jax.env.bank import Bank, PlacementGraph, build_bank
 from placeto_jax.files import atomic_write
 from placeto_jax.rl.evaluate import greedy
+from placeto_jax.rl.sharding import local_copy, replicate, replicated
 from placeto_jax.rl.train import Hyper, Trainer, TrainState
 
 
@@ -50,23 +52,36 @@ def train_and_evaluate(
     progress: bool = True,
     stop_at: int | None = None,
     on_eval: Callable[[int, dict[str, float]], None] | None = None,
+    mesh: Mesh | None = None,
 ) -> TrainResult:
     """Train on `graphs` in `workdir`, resuming from its checkpoint if there is one.
     `stop_at` ends the call after that many updates in total without a final checkpoint (a time
-    box, and how tests stand in for a killed run)."""
+    box, and how tests stand in for a killed run). `mesh` (`sharding.episode_mesh()`) splits the
+    episodes over its devices, across processes too; only process 0 logs."""
+    with jax.enable_x64(False):
+        return _train(config, graphs, workdir, progress, stop_at, on_eval, mesh)
+
+
+def _train(config, graphs, workdir, progress, stop_at, on_eval, mesh) -> TrainResult:
     bank = build_bank(graphs, config.run.buckets)
     cluster = cluster_of(config)
-    trainer = Trainer.create(config, bank, cluster.broadcast)
+    trainer = Trainer.create(config, bank, cluster.broadcast, mesh)
     env_params = trainer.env.params(bank, cluster)
-    write_run(workdir, config, list(bank.names))
+    init = jax.jit(trainer.init)
+    if mesh is not None:
+        env_params = replicate(env_params, mesh)
+        init = jax.jit(trainer.init, out_shardings=replicated(mesh))
+    lead = jax.process_index() == 0
+    if lead:
+        write_run(workdir, config, list(bank.names))
     checkpointer = Checkpointer(workdir)
-    fresh = trainer.init(jax.random.key(config.seed), env_params)
+    fresh = init(jax.random.key(config.seed), env_params)
     state = checkpointer.restore_state(fresh) or fresh
-    start = int(state.iteration)
-    log = MetricsLog(workdir, start)
+    start = int(local_copy(state.iteration))
+    log = MetricsLog(workdir, start) if lead else None
     update = jax.jit(trainer.update)
     evaluate = jax.jit(lambda p, e: greedy(trainer, p, e))
-    hyper = Hyper.of(config)
+    hyper = Hyper.of(config) if mesh is None else replicate(Hyper.of(config), mesh)
     total = config.train.iterations
     end = total if stop_at is None else min(stop_at, total)
     try:
@@ -80,7 +95,7 @@ def train_and_evaluate(
         ) as bar:
             for iteration in range(start + 1, end + 1):
                 state, metrics = update(state, env_params, hyper)
-                record = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                record = {k: float(v) for k, v in local_copy(metrics).items()}
                 if iteration % config.run.eval_every == 0 or iteration == total:
                     summary = _eval_record(evaluate(state.params, env_params), bank.names)
                     record.update(summary)
@@ -90,19 +105,21 @@ def train_and_evaluate(
                     )
                     if on_eval is not None:
                         on_eval(iteration, summary)
-                log.write(iteration, record)
+                if log is not None:
+                    log.write(iteration, record)
                 if iteration % config.run.checkpoint_every == 0 or iteration == total:
                     checkpointer.save(iteration, state)
                 bar.update(1)
     finally:
-        log.close()
+        if log is not None:
+            log.close()
         checkpointer.close()
-    evaluation = jax.device_get(evaluate(state.params, env_params))
+    evaluation = local_copy(evaluate(state.params, env_params))
     return TrainResult(state, trainer, bank, evaluation, start)
 
 
 def _eval_record(out: dict[str, jax.Array], names: tuple[str, ...]) -> dict[str, float]:
-    out = jax.device_get(out)
+    out = local_copy(out)
     record = {
         "eval/initial_runtime": float(np.mean(out["initial_runtime"])),
         "eval/best_runtime": float(np.mean(out["best_runtime"])),

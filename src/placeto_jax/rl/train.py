@@ -22,12 +22,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.bank import Bank
 from placeto_jax.env.core import EnvParams, EnvState, PlacetoEnv
 from placeto_jax.nn.policy import PlacetoPolicy
+from placeto_jax.rl.sharding import EPISODES
 
 _CHUNK_NODE_ROWS = 1 << 19  # episodes x padded nodes x steps per gradient chunk (automatic)
 
@@ -85,9 +87,18 @@ class Trainer:
     n_steps: int  # T, steps per episode (the bank's largest graph x passes)
     n_pad: int
     optimizer: optax.GradientTransformation
+    mesh: Mesh | None = None  # episodes sharded over its "episodes" axis
 
     @classmethod
-    def create(cls, config: Config, bank: Bank, broadcast: bool = True) -> Trainer:
+    def create(
+        cls, config: Config, bank: Bank, broadcast: bool = True, mesh: Mesh | None = None
+    ) -> Trainer:
+        """`mesh`: shard the episode batch over the mesh's devices (`sharding.episode_mesh`)."""
+        if mesh is not None and config.train.episodes % mesh.size:
+            raise ValueError(
+                f"train.episodes={config.train.episodes} does not split evenly over "
+                f"{mesh.size} devices"
+            )
         env = PlacetoEnv(config.env, config.n_devices, broadcast)
         policy = PlacetoPolicy(config.policy, config.n_devices, env.n_features, bank.max_level)
         return cls(
@@ -100,7 +111,16 @@ class Trainer:
             optimizer=optax.chain(
                 optax.clip_by_global_norm(config.train.grad_clip), optax.scale_by_adam()
             ),
+            mesh=mesh,
         )
+
+    def shard(self, tree: Any, axis: int = 0) -> Any:
+        """Constrain every array of `tree` to be split over the mesh along `axis` (episodes)."""
+        if self.mesh is None:
+            return tree
+        spec = PartitionSpec(*([None] * axis), EPISODES)
+        sharding = NamedSharding(self.mesh, spec)
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
 
     # ------------------------------------------------------------------ state
     def init(self, key: jax.Array, env_params: EnvParams) -> TrainState:
@@ -130,13 +150,16 @@ class Trainer:
     ) -> tuple[Rollout, EnvState]:
         k_reset, k_steps = jax.random.split(key)
         n_episodes = graphs.shape[0]
-        state, obs = jax.vmap(self.env.reset, (0, None, 0))(
-            jax.random.split(k_reset, n_episodes), env_params, graphs
+        graphs = self.shard(graphs)
+        state, obs = self.shard(
+            jax.vmap(self.env.reset, (0, None, 0))(
+                jax.random.split(k_reset, n_episodes), env_params, graphs
+            )
         )
         initial = state.runtime
 
         def step(carry, step_key):
-            state, obs = carry
+            state, obs = self.shard(carry)
             logits = jax.vmap(self.policy.apply, (None, 0))(params, obs)
             if greedy:
                 action = jnp.argmax(logits, axis=-1)
@@ -145,7 +168,7 @@ class Trainer:
             active = state.t < self.env.n_steps(env_params, state.graph)
             record = (state.placement.astype(jnp.int8), state.start, action, active)
             state, obs, reward, _ = jax.vmap(self.env.step, (0, 0, None))(state, action, env_params)
-            return (state, obs), (*record, reward)
+            return self.shard((state, obs)), self.shard((*record, reward))
 
         (state, _), (placement, start, action, active, reward) = jax.lax.scan(
             step, (state, obs), jax.random.split(k_steps, self.n_steps)
@@ -219,13 +242,10 @@ class Trainer:
             return x.reshape(n_chunks, chunk, *x.shape[1:])
 
         steps = jnp.arange(n_chunks * chunk, dtype=jnp.int32)
+        per_episode = (rollout.placement, rollout.start, rollout.action, rollout.active, advantage)
         per_step = (
             chunked(steps),
-            chunked(rollout.placement),
-            chunked(rollout.start),
-            chunked(rollout.action),
-            chunked(rollout.active),
-            chunked(advantage),
+            *self.shard(tuple(chunked(x) for x in per_episode), axis=2),  # [chunks, chunk, B..]
         )
         n_active = jnp.maximum(rollout.active.sum(), 1)
 
@@ -304,7 +324,7 @@ class Trainer:
         metrics = {
             "train/loss": loss,
             "train/entropy": entropy,
-            "train/grad_norm": optax.global_norm(grad),
+            "train/grad_norm": optax.tree.norm(grad),
             "train/learning_rate": lr,
             "train/entropy_weight": entropy_weight,
             "train/initial_runtime": rollout.initial_runtime.mean(),

@@ -1,0 +1,206 @@
+"""The Placeto environment: hand-traced steps on the 4-node diamond, padding and batch
+invariance, traversal orders, initial placements, memory penalty and mask, op-graph rewards."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from placeto_jax import Cluster, Graph, simulate
+from placeto_jax.config import EnvConfig
+from placeto_jax.env import PlacetoEnv, build_bank, prepare
+from placeto_jax.graphs import generators
+
+pytestmark = pytest.mark.usefixtures("float32")
+
+# Two devices, 1,000 bytes/µs buses, no per-op or per-transfer overheads: makespans by hand.
+CLUSTER = Cluster(n_devices=2, speed=1.0, bandwidth=1000.0, delta1=0.0, delta2=0.0)
+RAW = EnvConfig(initial_placement="single", normalize="none")
+
+
+def _env(config=RAW, graphs=None, cluster=CLUSTER, buckets=None):
+    graphs = graphs or [prepare("diamond", generators.diamond())]
+    env = PlacetoEnv(config, cluster.n_devices, cluster.broadcast)
+    return env, env.params(build_bank(graphs, buckets), cluster)
+
+
+def test_hand_traced_episode_on_the_diamond():
+    # diamond: a(100 µs, 76,000 B) -> b(50, 7,600), c(30, 7,600) -> d(10). All on device 0:
+    # makespan 190. Then a->1: a's output takes 76 µs, b starts at 176, c 226, d 256-266.
+    # b->1: c waits for a (176-206), b's output queues behind a's on bus 1 (176-183.6),
+    # d 206-216. c->0: no change. d->1: c's output leaves at 206, arrives 213.6, d 213.6-223.6.
+    env, params = _env()
+    state, obs = env.reset(jax.random.key(0), params, jnp.int32(0))
+    assert float(state.makespan) == pytest.approx(190.0)
+    np.testing.assert_array_equal(state.order[:4], [0, 1, 2, 3])
+    expected = [
+        (1, [1, 0, 0, 0], 266.0),
+        (1, [1, 1, 0, 0], 216.0),
+        (0, [1, 1, 0, 0], 216.0),
+        (1, [1, 1, 0, 1], 223.6),
+    ]
+    before = 190.0
+    for i, (action, placement, makespan) in enumerate(expected):
+        assert int(obs.node) == i
+        state, obs, reward, done = env.step(state, jnp.int32(action), params)
+        np.testing.assert_array_equal(state.placement[:4], placement)
+        assert float(state.makespan) == pytest.approx(makespan, rel=1e-6)
+        assert float(reward) == pytest.approx((before - makespan) * 1e-6, rel=1e-5)
+        assert bool(done) == (i == 3)
+        before = makespan
+    # After the episode: steps change nothing and reward nothing.
+    same, _, reward, done = env.step(state, jnp.int32(0), params)
+    np.testing.assert_array_equal(same.placement, state.placement)
+    assert float(reward) == 0.0 and bool(done)
+    assert float(state.best_runtime) == pytest.approx(190e-6)
+
+
+def test_observation_features_by_hand():
+    env, params = _env()
+    state, obs = env.reset(jax.random.key(0), params, jnp.int32(0))
+    f = np.asarray(obs.features)
+    assert f.shape == (8, 5 + 2)  # diamond padded to 8 nodes, d = 5 + D
+    np.testing.assert_allclose(f[:4, 0], [1.0, 0.5, 0.3, 0.1], rtol=1e-6)  # cost / max
+    np.testing.assert_allclose(f[:4, 1], [1.0, 0.1, 0.1, 0.0], rtol=1e-6)  # bytes / max
+    np.testing.assert_array_equal(f[:4, 2], 0)  # nothing placed yet
+    np.testing.assert_array_equal(f[:4, 3], [1, 0, 0, 0])  # current node a
+    np.testing.assert_allclose(f[:4, 4], [0, 100 / 180, 150 / 180, 1.0], rtol=1e-6)
+    np.testing.assert_array_equal(f[:4, 5:], [[1, 0]] * 4)
+    np.testing.assert_array_equal(f[4:], 0)  # padding rows
+    np.testing.assert_array_equal(obs.descendants[:4], [False, True, True, True])
+    np.testing.assert_array_equal(obs.ancestors[:4], [False, False, False, False])
+    state, obs, _, _ = env.step(state, jnp.int32(1), params)  # a -> 1; current node b
+    f = np.asarray(obs.features)
+    np.testing.assert_array_equal(f[:4, 2], [1, 0, 0, 0])
+    np.testing.assert_array_equal(f[:4, 3], [0, 1, 0, 0])
+    # starts a 0, b 176, c 226, d 256; minus b's, over the largest gap 176
+    np.testing.assert_allclose(f[:4, 4], [-1.0, 0.0, 50 / 176, 80 / 176], rtol=1e-5)
+    np.testing.assert_array_equal(obs.ancestors[:4], [True, False, False, False])
+    np.testing.assert_array_equal(obs.descendants[:4], [False, False, False, True])
+
+
+def _rollout(env, params, actions, key=0, graph=0):
+    state, _ = env.reset(jax.random.key(key), params, jnp.int32(graph))
+    rewards = []
+    for a in actions:
+        state, _, r, _ = env.step(state, jnp.int32(a), params)
+        rewards.append(float(r))
+    return state, np.array(rewards)
+
+
+def test_rewards_do_not_depend_on_padding():
+    graph = [prepare("diamond", generators.diamond())]
+    small = _env(graphs=graph)
+    large = _env(graphs=graph, buckets=(64,))
+    assert small[1].bank.order.shape[1] == 8 and large[1].bank.order.shape[1] == 64
+    a = _rollout(*small, [1, 1, 0, 1])
+    b = _rollout(*large, [1, 1, 0, 1])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert float(a[0].makespan) == float(b[0].makespan)
+
+
+def test_vmapped_batch_equals_single_episodes():
+    env, params = _env(dataclasses.replace(RAW, initial_placement="random"))
+    keys = jax.random.split(jax.random.key(3), 5)
+    actions = jnp.array([[0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [0, 1, 0, 1]])
+    state, _ = jax.vmap(env.reset, (0, None, None))(keys, params, jnp.int32(0))
+    for t in range(4):
+        state, _, _, _ = jax.vmap(env.step, (0, 0, None))(state, actions[:, t], params)
+    for b in range(5):
+        s, _ = env.reset(keys[b], params, jnp.int32(0))
+        for t in range(4):
+            s, _, _, _ = env.step(s, actions[b, t], params)
+        np.testing.assert_array_equal(state.placement[b], s.placement)
+        assert float(state.runtime[b]) == float(s.runtime)
+
+
+def test_initial_placements():
+    graphs = [prepare("layered", generators.layered(20, seed=1))]
+    placements = {}
+    for kind in ("single", "fixed", "random"):
+        env, params = _env(dataclasses.replace(RAW, initial_placement=kind), graphs)
+        placements[kind] = [
+            np.asarray(env.reset(jax.random.key(k), params, jnp.int32(0))[0].placement[:20])
+            for k in (0, 1)
+        ]
+    np.testing.assert_array_equal(placements["single"][0], 0)
+    np.testing.assert_array_equal(placements["fixed"][0], placements["fixed"][1])
+    assert not np.array_equal(placements["random"][0], placements["random"][1])
+
+
+def test_random_traversal_visits_every_node_once_per_pass():
+    graphs = [prepare("layered", generators.layered(20, seed=1))]
+    env, params = _env(dataclasses.replace(RAW, traversal="random", passes=2), graphs)
+    state, _ = env.reset(jax.random.key(5), params, jnp.int32(0))
+    order = np.asarray(state.order)
+    assert sorted(order[:20]) == list(range(20))
+    assert not np.array_equal(order[:20], np.asarray(params.bank.order[0, :20]))
+    visited = []
+    for _ in range(40):
+        visited.append(int(env.current_node(state, params)))
+        state, _, _, done = env.step(state, jnp.int32(1), params)
+    assert visited == list(order[:20]) * 2 and bool(done)
+
+
+def test_normalised_runtime_is_relative_to_the_initial_one():
+    env, params = _env(dataclasses.replace(RAW, normalize="initial"))
+    state, rewards = _rollout(env, params, [1, 1, 0, 1])
+    assert float(state.scale) == pytest.approx(190e-6)
+    np.testing.assert_allclose(rewards, np.array([-76, 50, 0, -7.6]) / 190, rtol=1e-4)
+
+
+def test_memory_penalty_and_its_cap():
+    # 2 GB of parameters on op a; devices of 1 GB: 1 GB over on device 0 -> 2 s per GB.
+    graph = Graph.from_edges([10.0, 10.0], [0.0, 0.0], [(0, 1)], param_bytes=[2e9, 0.0])
+    small = dataclasses.replace(CLUSTER, memory=1e9)
+    env, params = _env(graphs=[prepare("g", graph)], cluster=small)
+    state, _ = env.reset(jax.random.key(0), params, jnp.int32(0))
+    assert float(state.runtime) == pytest.approx(20e-6 + 2.0, rel=1e-6)
+    capped = dataclasses.replace(RAW, memory_penalty_cap=0.5)
+    env, params = _env(capped, graphs=[prepare("g", graph)], cluster=small)
+    state, _ = env.reset(jax.random.key(0), params, jnp.int32(0))
+    assert float(state.runtime) == pytest.approx(20e-6 + 0.5, rel=1e-6)
+
+
+def test_action_mask_forbids_devices_the_node_would_overflow():
+    # Three 0.6 GB nodes, 1 GB devices: with a and c on device 0, b must go to device 1.
+    graph = Graph.from_edges([1.0] * 3, [0.0] * 3, [(0, 1), (1, 2)], param_bytes=[6e8] * 3)
+    cluster = dataclasses.replace(CLUSTER, memory=1e9)
+    config = dataclasses.replace(RAW, mask_out_of_memory=True, initial_placement="fixed")
+    env, params = _env(config, graphs=[prepare("g", graph)], cluster=cluster)
+    state, obs = env.reset(jax.random.key(0), params, jnp.int32(0))
+    state = dataclasses.replace(state, placement=jnp.array([0, 0, 0, 0, 0, 0, 0, 0]))
+    obs = env.observe(dataclasses.replace(state, t=jnp.int32(1)), params)  # current node b
+    np.testing.assert_array_equal(obs.action_mask, [False, True])
+    unmasked, _ = _env(
+        dataclasses.replace(config, mask_out_of_memory=False),
+        graphs=[prepare("g", graph)],
+        cluster=cluster,
+    )
+    np.testing.assert_array_equal(unmasked.observe(state, params).action_mask, [True, True])
+
+
+def test_op_graph_rewards_simulate_the_expanded_placement():
+    ops = generators.layered(40, seed=2)
+    pg = prepare("layered", ops, group_target=10)
+    assert pg.graph.n_ops <= 10 and pg.op_graph is ops
+    config = dataclasses.replace(RAW, reward_graph="ops", initial_placement="fixed")
+    env, params = _env(config, graphs=[pg])
+    state, _ = _rollout(env, params, [1, 0] * (pg.graph.n_ops // 2) + [1] * (pg.graph.n_ops % 2))
+    group_placement = np.asarray(state.placement[: pg.graph.n_ops])
+    expected = simulate(ops, CLUSTER, pg.expand(group_placement)).makespan
+    assert float(state.makespan) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_op_graph_rewards_need_a_coarsened_graph():
+    with pytest.raises(ValueError, match="reward_graph"):
+        _env(dataclasses.replace(RAW, reward_graph="ops"))
+
+
+def test_a_graph_larger_than_every_bucket_is_refused():
+    with pytest.raises(ValueError, match="larger than every bucket"):
+        build_bank([prepare("layered", generators.layered(40))], buckets=(8, 16, 32))

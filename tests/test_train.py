@@ -1,0 +1,122 @@
+"""The REINFORCE trainer: reproducibility, the per-step baseline window, skipped non-finite
+updates, vmapping over seeds and hyperparameters, and a learning test."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from placeto_jax import Cluster, Graph, simulate
+from placeto_jax.config import make_config
+from placeto_jax.env import build_bank, prepare
+from placeto_jax.rl.evaluate import greedy
+from placeto_jax.rl.train import Hyper, Trainer, make_train
+
+pytestmark = pytest.mark.usefixtures("float32")
+
+CLUSTER = Cluster.preset("placeto-k80", 2)
+
+
+def two_chains(length: int = 4) -> Graph:
+    """Two independent chains of equal ops: on two devices, one chain each is optimal."""
+    edges = [(i, i + 1) for i in range(length - 1)]
+    edges += [(length + i, length + i + 1) for i in range(length - 1)]
+    return Graph.from_edges([100.0] * (2 * length), [1e5] * (2 * length), edges)
+
+
+SETTINGS = [
+    "train.episodes=16",
+    "env.initial_placement=single",
+    "policy.rounds=2",
+    "train.learning_rate=1e-2",
+    "train.final_learning_rate=1e-3",
+    "train.normalize_advantage=true",
+]
+
+
+def _setup(iterations: int, extra=()):
+    config = make_config(None, [*SETTINGS, f"train.iterations={iterations}", *extra], n_devices=2)
+    bank = build_bank([prepare("chains", two_chains())])
+    return config, bank
+
+
+def test_same_seed_and_config_give_identical_parameters():
+    config, bank = _setup(2)
+    train = jax.jit(make_train(config, bank, CLUSTER))
+    a, metrics = train(jax.random.key(7))
+    b, _ = train(jax.random.key(7))
+    c, _ = train(jax.random.key(8))
+    same = jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), a.params, b.params)
+    assert all(jax.tree.leaves(same))
+    assert not np.array_equal(jax.tree.leaves(a.params)[0], jax.tree.leaves(c.params)[0])
+    assert metrics["train/loss"].shape == (2,)
+
+
+def test_train_vmaps_over_seeds_and_learning_rates():
+    config, bank = _setup(1)
+    train = make_train(config, bank, CLUSTER)
+    keys = jax.random.split(jax.random.key(0), 2)
+    hyper = Hyper(learning_rate=jnp.array([1e-3, 1e-2]), entropy=jnp.array([0.0, 0.0]))
+    states, _ = jax.jit(jax.vmap(train))(keys, hyper)
+    one, _ = jax.jit(train)(keys[1], Hyper(jnp.float32(1e-2), jnp.float32(0.0)))
+    np.testing.assert_allclose(
+        jax.tree.leaves(states.params)[0][1], jax.tree.leaves(one.params)[0], rtol=1e-5
+    )
+
+
+def test_a_non_finite_loss_skips_the_update_and_counts_it():
+    config, bank = _setup(1)
+    trainer = Trainer.create(config, bank)
+    env_params = trainer.env.params(bank, CLUSTER)
+    state = trainer.init(jax.random.key(0), env_params)
+    bad = Hyper(jnp.float32(1e-2), jnp.float32(jnp.nan))
+    new, metrics = jax.jit(trainer.update)(state, env_params, bad)
+    assert int(new.skipped) == 1 and int(new.iteration) == 1
+    same = jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), new.params, state.params)
+    assert all(jax.tree.leaves(same))
+    assert np.isnan(float(metrics["train/loss"]))
+    good, _ = jax.jit(trainer.update)(new, env_params, Hyper.of(config))
+    assert int(good.skipped) == 1
+    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(good.params))
+
+
+def test_baseline_window_keeps_the_last_episodes_of_each_graph():
+    # Window 2; graphs [0, 1, 0, 0] in one batch: graph 0 keeps its last two episodes (2 and 3).
+    config, bank = _setup(1, ["train.baseline_window=2", "train.episodes=4"])
+    bank = build_bank([prepare("a", two_chains()), prepare("b", two_chains(3))])
+    trainer = Trainer.create(config, bank)
+    state = trainer.init(jax.random.key(0), trainer.env.params(bank, CLUSTER))
+    n_steps = trainer.n_steps
+    returns = jnp.arange(4, dtype=jnp.float32)[None, :] * jnp.ones((n_steps, 1))  # [T, B]
+
+    @dataclasses.dataclass
+    class Fake:
+        graph: jax.Array
+
+    buffer, filled, cursor = trainer.push_returns(state, Fake(jnp.array([0, 1, 0, 0])), returns)
+    np.testing.assert_array_equal(filled, [2, 1])
+    np.testing.assert_array_equal(cursor, [0, 1])
+    np.testing.assert_array_equal(buffer[0, :, 0], [2.0, 3.0])
+    np.testing.assert_array_equal(buffer[1, 0, 0], 1.0)
+    state = dataclasses.replace(state, returns=buffer, filled=filled, cursor=cursor)
+    b = trainer.baseline(state, Fake(jnp.array([0, 1])), returns[:, :2])
+    np.testing.assert_array_equal(b[0], [2.5, 1.0])  # window means per graph
+
+
+def test_the_trained_policy_splits_two_chains_over_two_devices():
+    config, bank = _setup(40)
+    trainer = Trainer.create(config, bank)
+    env_params = trainer.env.params(bank, CLUSTER)
+    state, metrics = jax.jit(make_train(config, bank, CLUSTER))(jax.random.key(0))
+    out = greedy(trainer, state.params, env_params)
+    placement = np.asarray(out["best_placement"][0, :8])
+    assert len(set(placement[:4])) == 1 and len(set(placement[4:])) == 1
+    assert placement[0] != placement[4]
+    graph = two_chains()
+    alone = float(simulate(graph, CLUSTER, np.zeros(8, int)).makespan)
+    assert float(simulate(graph, CLUSTER, placement).makespan) < 0.6 * alone
+    assert float(metrics["train/final_runtime"][-5:].mean()) < 0.7
