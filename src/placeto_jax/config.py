@@ -137,6 +137,11 @@ def validate(config: Config) -> None:
         ("run.eval_every", config.run.eval_every >= 1, "must be >= 1"),
         ("run.checkpoint_every", config.run.checkpoint_every >= 1, "must be >= 1"),
         ("run.buckets", len(config.run.buckets) > 0, "must not be empty"),
+        (
+            "run.buckets",
+            all(b >= 8 and b % 8 == 0 for b in config.run.buckets),
+            "must be multiples of 8",
+        ),
         ("run.group_target", config.run.group_target >= 0, "must be >= 0"),
     ]
     for name, ok, why in checks:

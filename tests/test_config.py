@@ -1,0 +1,38 @@
+"""Config presets, overrides, validation and the JSON round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from placeto_jax.config import Config, from_dict, make_config, to_dict
+
+
+def test_preset_then_overrides():
+    config = make_config("tiny", ["train.episodes=12", "policy.head_widths=8,4"], n_devices=3)
+    assert config.train.episodes == 12 and config.n_devices == 3
+    assert config.policy.head_widths == (8, 4)
+    assert config.run.group_target == 48  # from the preset
+    assert from_dict(to_dict(config)) == config
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("train.episodes=0", "train.episodes must be >= 1"),
+        ("env.traversal=sideways", "env.traversal='sideways' is not one of"),
+        ("train.episodes=many", "bad value 'many' for config train.episodes"),
+        ("train.nothing=1", "unknown config key 'train.nothing'"),
+        ("episodes", "expected KEY=VALUE"),
+        ("run.buckets=12", "multiples of 8"),
+    ],
+)
+def test_bad_settings_name_the_field(item, message):
+    with pytest.raises(ValueError, match=message):
+        make_config(None, [item])
+
+
+def test_unknown_preset_and_keys():
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        make_config("huge")
+    with pytest.raises(ValueError, match="unknown config key 'extra'"):
+        from_dict({**to_dict(Config()), "extra": 1})

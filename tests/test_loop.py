@@ -1,0 +1,93 @@
+"""The host loop and run directories: resume after a kill ends in the uninterrupted state,
+metrics are not duplicated, config checks, corrupt or missing checkpoints, device counts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from placeto_jax import Graph
+from placeto_jax.checkpoint import Checkpointer, load_run
+from placeto_jax.config import make_config
+from placeto_jax.env import prepare
+from placeto_jax.rl.loop import read_metrics, train_and_evaluate
+
+pytestmark = pytest.mark.usefixtures("float32")
+
+GRAPH = Graph.from_edges([100.0] * 6, [1e5] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
+SETTINGS = [
+    "train.iterations=6",
+    "train.episodes=4",
+    "policy.rounds=1",
+    "run.eval_every=3",
+    "run.checkpoint_every=2",
+]
+
+
+def _run(workdir, **kwargs):
+    config = make_config(None, SETTINGS, n_devices=2)
+    return train_and_evaluate(config, [prepare("g", GRAPH)], workdir, progress=False, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("run")
+    return workdir, _run(workdir)
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_state(finished, tmp_path):
+    _, full = finished
+    stopped = _run(tmp_path, stop_at=5)  # "killed" after update 5; last checkpoint at 4
+    assert int(stopped.state.iteration) == 5
+    resumed = _run(tmp_path)
+    assert resumed.resumed_from == 4
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), full.state, resumed.state)
+    assert all(jax.tree.leaves(same))
+    assert [m["iteration"] for m in read_metrics(tmp_path)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_run_directory_contents(finished):
+    workdir, result = finished
+    config, graphs = load_run(workdir)
+    assert config.train.iterations == 6 and graphs == ["g"]
+    metrics = read_metrics(workdir)
+    assert "eval/best_runtime" in metrics[2] and "eval/best_runtime" not in metrics[0]
+    assert list((workdir / "tb").iterdir())  # TensorBoard event files
+    assert result.evaluation["best_placement"].shape == (1, 32)  # smallest bucket
+
+
+def test_a_different_config_in_the_same_directory_is_refused(finished, tmp_path):
+    workdir, _ = finished
+    shutil.copy(workdir / "run.json", tmp_path / "run.json")
+    config = make_config(None, [*SETTINGS, "train.episodes=8"], n_devices=2)
+    with pytest.raises(ValueError, match="different config"):
+        train_and_evaluate(config, [prepare("g", GRAPH)], tmp_path, progress=False)
+
+
+def test_a_corrupt_run_file_or_checkpoint_is_a_clear_error(finished, tmp_path):
+    workdir, result = finished
+    with pytest.raises(ValueError, match="does not exist"):
+        load_run(tmp_path / "missing")
+    with pytest.raises(ValueError, match=r"no run\.json"):
+        load_run(tmp_path)
+    (tmp_path / "run.json").write_text("{not json")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_run(tmp_path)
+    broken = tmp_path / "broken"
+    shutil.copytree(workdir, broken)
+    step = max(p for p in (broken / "checkpoints").iterdir() if p.name.isdigit())
+    for f in step.rglob("*"):
+        if f.is_file() and f.stat().st_size > 0 and "state" in f.parts:
+            f.write_bytes(b"\0" * 7)
+    with pytest.raises(ValueError, match="cannot restore checkpoint"):
+        Checkpointer(broken).restore_state(result.state)
+
+
+def test_config_file_round_trips(finished):
+    workdir, _ = finished
+    doc = json.loads((workdir / "run.json").read_text())
+    assert doc["format"] == 1 and doc["config"]["train"]["episodes"] == 4
