@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow lint bench clean
+.PHONY: install run test test-slow lint bench bench-train clean
 
 install: $(STAMP)
 
@@ -32,6 +32,9 @@ lint: install
 
 bench: install  ## simulator throughput vs the Python reference; writes results/bench/simulator.json
 	$(PY) experiments/bench_simulator.py
+
+bench-train: install  ## trainer throughput; writes results/bench/training.json
+	cd experiments && ../$(PY) bench_training.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -120,3 +120,23 @@ def test_the_trained_policy_splits_two_chains_over_two_devices():
     alone = float(simulate(graph, CLUSTER, np.zeros(8, int)).makespan)
     assert float(simulate(graph, CLUSTER, placement).makespan) < 0.6 * alone
     assert float(metrics["train/final_runtime"][-5:].mean()) < 0.7
+
+
+def test_gradient_chunks_do_not_change_the_gradient():
+    # 8 steps in chunks of 3 (padded to 9) against one chunk of 8.
+    grads = []
+    for chunk in (3, 8):
+        config, bank = _setup(1, [f"train.grad_chunk={chunk}"])
+        trainer = Trainer.create(config, bank)
+        env_params = trainer.env.params(bank, CLUSTER)
+        state = trainer.init(jax.random.key(0), env_params)
+        rollout, _ = trainer.rollout(
+            state.params, env_params, jax.random.key(1), trainer.episode_graphs(0), greedy=False
+        )
+        advantage = jnp.where(rollout.active, jnp.cumsum(rollout.reward[::-1], 0)[::-1], 0.0)
+        grads.append(
+            trainer.loss_and_grad(state.params, env_params, rollout, advantage, jnp.float32(0.01))
+        )
+    np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(grads[0][2]), jax.tree.leaves(grads[1][2]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)

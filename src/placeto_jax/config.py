@@ -70,7 +70,22 @@ class RunConfig:
 
     eval_every: int = 20  # iterations between greedy evaluations (and log lines)
     checkpoint_every: int = 50  # iterations between checkpoints (and at the end)
-    buckets: tuple[int, ...] = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # padded node counts
+    buckets: tuple[int, ...] = (
+        32,
+        64,
+        96,
+        128,
+        192,
+        256,
+        384,
+        512,
+        768,
+        1024,
+        1536,
+        2048,
+        3072,
+        4096,
+    )
     group_target: int = 0  # coarsen graphs to at most this many nodes first; 0: no coarsening
 
 

@@ -241,7 +241,7 @@ class Trainer:
             x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
             return x.reshape(n_chunks, chunk, *x.shape[1:])
 
-        steps = jnp.arange(n_chunks * chunk, dtype=jnp.int32)
+        steps = jnp.arange(self.n_steps, dtype=jnp.int32)
         per_episode = (rollout.placement, rollout.start, rollout.action, rollout.active, advantage)
         per_step = (
             chunked(steps),

@@ -1,0 +1,108 @@
+"""Training throughput of the Placeto trainer: placement decisions per second (each decision
+includes the policy's forward pass and a full simulation of the placement, plus its share of
+the gradient step), and compile time, for real graphs coarsened to a given node count.
+
+    python experiments/bench_training.py                      # 100 and 300 nodes, B = 64, 256
+    python experiments/bench_training.py --nodes 100 --batch 64 --updates 3
+
+Prints a table and writes every number, with the machine, to results/bench/training.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+from bench_simulator import machine, write_json
+from placeto_jax.config import make_config
+from placeto_jax.env import build_bank, prepare
+from placeto_jax.graphs.registry import resolve_graph
+from placeto_jax.report import format_table
+from placeto_jax.rl.loop import cluster_of
+from placeto_jax.rl.train import Hyper, Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure(graph_spec: str, nodes: int, batch: int, updates: int, devices: int) -> dict:
+    config = make_config(
+        None, [f"train.episodes={batch}", f"train.iterations={updates + 1}"], n_devices=devices
+    )
+    cluster = cluster_of(config)
+    pg = prepare(graph_spec, resolve_graph(graph_spec), nodes, cluster.delta1)
+    bank = build_bank([pg], config.run.buckets)
+    trainer = Trainer.create(config, bank, cluster.broadcast)
+    env_params = trainer.env.params(bank, cluster)
+    state = trainer.init(jax.random.key(0), env_params)
+    hyper = Hyper.of(config)
+    update = jax.jit(trainer.update)
+    tic = time.perf_counter()
+    state, _ = jax.block_until_ready(update(state, env_params, hyper))
+    first = time.perf_counter() - tic
+    times = []
+    for _ in range(updates):
+        tic = time.perf_counter()
+        state, _ = jax.block_until_ready(update(state, env_params, hyper))
+        times.append(time.perf_counter() - tic)
+    per_update = statistics.median(times)
+    decisions = batch * trainer.n_steps
+    return {
+        "graph": graph_spec,
+        "nodes": pg.graph.n_ops,
+        "padded": bank.n_pad,
+        "batch": batch,
+        "devices": devices,
+        "decisions_per_update": decisions,
+        "update_s": times,
+        "first_update_s": first,
+        "compile_s": first - per_update,
+        "decisions_per_s": decisions / per_update,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graph", default="family:ptb/0", help="graph to coarsen")
+    parser.add_argument("--nodes", type=int, nargs="+", default=[100, 300])
+    parser.add_argument("--batch", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--devices", type=int, default=4)
+    parser.add_argument("--updates", type=int, default=2, help="timed updates per case")
+    parser.add_argument("--out", type=Path, default=ROOT / "results/bench/training.json")
+    args = parser.parse_args(argv)
+    rows = []
+    with jax.enable_x64(False):
+        for nodes in args.nodes:
+            for batch in args.batch:
+                rows.append(measure(args.graph, nodes, batch, args.updates, args.devices))
+                r = rows[-1]
+                print(
+                    f"  {r['nodes']} nodes, B={batch}: {r['decisions_per_s']:,.0f} decisions/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    table = [("graph", "nodes", "padded", "batch", "decisions/s", "update s", "compile s")]
+    for r in rows:
+        table.append(
+            (
+                r["graph"],
+                str(r["nodes"]),
+                str(r["padded"]),
+                str(r["batch"]),
+                f"{r['decisions_per_s']:,.0f}",
+                f"{statistics.median(r['update_s']):.2f}",
+                f"{r['compile_s']:.1f}",
+            )
+        )
+    print(format_table(table))
+    write_json(args.out, {"machine": machine(), "backend": jax.default_backend(), "rows": rows})
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
