@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         for nodes in args.nodes:
             for batch in args.batch:
                 rows.append(measure(args.graph, nodes, batch, args.updates, args.devices))
+                write_json(args.out, {"machine": machine(), "rows": rows})  # so far
                 r = rows[-1]
                 print(
                     f"  {r['nodes']} nodes, B={batch}: {r['decisions_per_s']:,.0f} decisions/s",

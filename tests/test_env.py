@@ -22,10 +22,21 @@ CLUSTER = Cluster(n_devices=2, speed=1.0, bandwidth=1000.0, delta1=0.0, delta2=0
 RAW = EnvConfig(initial_placement="single", normalize="none")
 
 
+class Jitted:
+    """A PlacetoEnv whose reset and step are jitted (eager steps are slow to dispatch)."""
+
+    def __init__(self, env: PlacetoEnv):
+        self.env = env
+        self.reset = jax.jit(env.reset)
+        self.step = jax.jit(env.step)
+        self.observe = env.observe
+        self.current_node = env.current_node
+
+
 def _env(config=RAW, graphs=None, cluster=CLUSTER, buckets=None):
     graphs = graphs or [prepare("diamond", generators.diamond())]
     env = PlacetoEnv(config, cluster.n_devices, cluster.broadcast)
-    return env, env.params(build_bank(graphs, buckets), cluster)
+    return Jitted(env), env.params(build_bank(graphs, buckets), cluster)
 
 
 def test_hand_traced_episode_on_the_diamond():
@@ -107,9 +118,11 @@ def test_vmapped_batch_equals_single_episodes():
     env, params = _env(dataclasses.replace(RAW, initial_placement="random"))
     keys = jax.random.split(jax.random.key(3), 5)
     actions = jnp.array([[0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [0, 1, 0, 1]])
-    state, _ = jax.vmap(env.reset, (0, None, None))(keys, params, jnp.int32(0))
+    reset = jax.jit(jax.vmap(env.env.reset, (0, None, None)))
+    step = jax.jit(jax.vmap(env.env.step, (0, 0, None)))
+    state, _ = reset(keys, params, jnp.int32(0))
     for t in range(4):
-        state, _, _, _ = jax.vmap(env.step, (0, 0, None))(state, actions[:, t], params)
+        state, _, _, _ = step(state, actions[:, t], params)
     for b in range(5):
         s, _ = env.reset(keys[b], params, jnp.int32(0))
         for t in range(4):

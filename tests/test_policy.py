@@ -24,15 +24,18 @@ CLUSTER = Cluster.preset("placeto-k80", 3)
 ENV = PlacetoEnv(EnvConfig(initial_placement="fixed"), 3)
 
 
+RESET, STEP = jax.jit(ENV.reset), jax.jit(ENV.step)
+
+
 def _observations(graphs, buckets=None, steps=3):
     bank = build_bank(graphs, buckets)
     params = ENV.params(bank, CLUSTER)
     out = []
     for g in range(len(graphs)):
-        state, obs = ENV.reset(jax.random.key(0), params, jnp.int32(g))
+        state, obs = RESET(jax.random.key(0), params, jnp.int32(g))
         for t in range(steps):
             out.append(obs)
-            state, obs, _, _ = ENV.step(state, jnp.int32(t % 3), params)
+            state, obs, _, _ = STEP(state, jnp.int32(t % 3), params)
     return bank, out
 
 
@@ -61,10 +64,9 @@ def test_logits_do_not_depend_on_padding(schedule):
     _, large = _observations(graph, buckets=(bank_small.n_pad * 4,))
     policy = _policy(bank_small, message_passing=schedule, per_device_parallel=True)
     params = policy.init(jax.random.key(1), small[0])
+    apply = jax.jit(policy.apply)
     for a, b in zip(small, large, strict=True):
-        np.testing.assert_allclose(
-            policy.apply(params, a), policy.apply(params, b), rtol=2e-5, atol=1e-7
-        )
+        np.testing.assert_allclose(apply(params, a), apply(params, b), rtol=2e-5, atol=1e-7)
 
 
 def test_radial_rounds_beyond_the_depth_equal_the_sweep():

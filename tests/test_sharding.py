@@ -32,6 +32,7 @@ def test_four_devices_give_the_one_device_parameters(tmp_path):
         np.testing.assert_allclose(one, four, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_two_processes_hold_identical_parameters(tmp_path):
     port = str(_free_port())
     outs = [tmp_path / f"p{i}.npz" for i in range(2)]
