@@ -22,43 +22,21 @@ TINY = [
 ]
 
 
+def _train(workdir) -> int:
+    graphs = "example:diamond,layered:12"
+    argv = ["train", "--graphs", graphs, "--devices", "2", "--workdir", str(workdir)]
+    return main([*argv, "--no-progress", *TINY])
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("cli") / "run"
-    status = main(
-        [
-            "train",
-            "--graphs",
-            "example:diamond,layered:12",
-            "--devices",
-            "2",
-            "--workdir",
-            str(workdir),
-            "--no-progress",
-            *TINY,
-        ]
-    )
-    assert status == 0
+    assert _train(workdir) == 0
     return workdir
 
 
 def test_train_prints_a_table_and_resumes(run_dir, capsys):
-    assert (
-        main(
-            [
-                "train",
-                "--graphs",
-                "example:diamond,layered:12",
-                "--devices",
-                "2",
-                "--workdir",
-                str(run_dir),
-                "--no-progress",
-                *TINY,
-            ]
-        )
-        == 0
-    )
+    assert _train(run_dir) == 0
     out = capsys.readouterr().out
     assert "example:diamond" in out and "layered:12" in out and str(run_dir) in out
 
