@@ -17,7 +17,8 @@ ZOO = [f"zoo:{model}" for model in zoo.ZOO_MODELS]
 
 @pytest.fixture(autouse=True)
 def fake_models(monkeypatch):
-    """Zoo model m is layered:(10 + len(m)); every family graph is the diamond."""
+    """Zoo model m is layered:(10 + len(m)), grouped from 1000 + len(m) ops; every family graph
+    is the diamond."""
 
     def fake_zoo(name: str):
         if name not in zoo.ZOO_MODELS:
@@ -25,6 +26,7 @@ def fake_models(monkeypatch):
         return generators.layered(10 + len(name))
 
     monkeypatch.setattr(zoo, "zoo_graph", fake_zoo)
+    monkeypatch.setattr(zoo, "zoo_op_count", lambda name: 1000 + len(name))
     monkeypatch.setattr(families, "family_graph", lambda *args, **kwargs: generators.diamond())
 
 
@@ -50,6 +52,7 @@ def _error(capsys, status: int, *argv: str) -> str:
 DIAMOND = {
     "name": "example:diamond",
     "ops": 4,
+    "groups": 4,
     "edges": 4,
     "total_ms": 0.19,
     "critical_path_ms": 0.16,
@@ -62,15 +65,25 @@ def test_list_json_has_the_example_and_every_zoo_model(capsys):
     assert [row["name"] for row in rows] == ["example:diamond", *ZOO]
     assert rows[0] == DIAMOND
     resnet = generators.layered(10 + len("resnet50"))
-    assert (rows[1]["ops"], rows[1]["edges"]) == (resnet.n_ops, resnet.n_edges)
+    assert (rows[1]["groups"], rows[1]["edges"]) == (resnet.n_ops, resnet.n_edges)
+    assert rows[1]["ops"] == 1000 + len("resnet50")
     assert rows[1]["total_ms"] == pytest.approx(resnet.cost.sum() / 1e3)
 
 
 def test_list_table(capsys):
     lines = _ok(capsys, "graphs", "list").splitlines()
     header = [cell.strip() for cell in lines[0].split("  ") if cell.strip()]
-    assert header == ["name", "ops", "edges", "total ms", "critical path ms", "parallelism"]
-    assert lines[1].split() == ["example:diamond", "4", "4", "0.190", "0.160", "1.19"]
+    assert header == [
+        "name",
+        "ops",
+        "groups",
+        "group edges",
+        "total ms",
+        "critical path ms",
+        "parallelism",
+    ]
+    assert lines[1].split() == ["example:diamond", "4", "4", "4", "0.190", "0.160", "1.19"]
+    assert lines[2].split()[:3] == ["zoo:resnet50", "1008", str(10 + len("resnet50"))]
     assert [line.split()[0] for line in lines[2:]] == ZOO
 
 

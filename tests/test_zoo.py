@@ -142,6 +142,10 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     first = zoo.zoo_graph("resnet50", group_target=TARGET, cache_dir=tmp_path, sizes=sizes)
     path = zoo.cache_path("resnet50", group_target=TARGET, cache_dir=tmp_path, sizes=sizes)
     assert path.is_file() and path.parent == tmp_path and path.name.startswith("resnet50-")
+    ops, _ = zoo.zoo_op_graph("resnet50", group_target=TARGET, sizes=sizes)
+    count = zoo.zoo_op_count("resnet50", group_target=TARGET, cache_dir=tmp_path, sizes=sizes)
+    assert count == ops.n_ops > first.n_ops
+    assert zoo.zoo_op_count("transformer", cache_dir=tmp_path) is None  # not built
 
     def no_trace(*args, **kwargs):
         raise AssertionError("the cached graph should have been read")

@@ -39,12 +39,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from placeto_jax.files import atomic_write
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.grouping import Grouping, group
 from placeto_jax.graphs.io import load_graph, save_graph
 from placeto_jax.graphs.trace import from_jax
 
-VERSION = 2  # 2: grouping by critical path, no scope step
+VERSION = 3  # 2: grouping by critical path, no scope step; 3: op counts cached beside
 CACHE_ENV = "PLACETO_JAX_CACHE"
 DEFAULT_CACHE = Path("~/.cache/placeto_jax/zoo")
 
@@ -711,10 +712,32 @@ def zoo_graph(
     path = cache_path(name, group_target=group_target, cache_dir=cache_dir, sizes=sizes)
     if path.is_file():
         return load_graph(path)
-    graph = zoo_op_graph(name, group_target=group_target, sizes=sizes)[1].graph
+    ops, grouping = zoo_op_graph(name, group_target=group_target, sizes=sizes)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_graph(graph, path)
-    return graph
+    with atomic_write(_meta_path(path)) as f:
+        f.write(json.dumps({"ops": ops.n_ops, "edges": ops.n_edges}).encode())
+    save_graph(grouping.graph, path)
+    return grouping.graph
+
+
+def zoo_op_count(
+    name: str,
+    *,
+    group_target: int = 500,
+    cache_dir: str | os.PathLike | None = None,
+    sizes: Sizes | None = None,
+) -> int | None:
+    """Ops of zoo model `name` before grouping, from the cache; None if it is not built yet."""
+    path = cache_path(name, group_target=group_target, cache_dir=cache_dir, sizes=sizes)
+    meta = _meta_path(path)
+    try:
+        return int(json.loads(meta.read_text())["ops"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _meta_path(graph_path: Path) -> Path:
+    return graph_path.with_name(graph_path.name.removesuffix(".json.gz") + ".ops.json")
 
 
 def cache_path(
