@@ -140,3 +140,15 @@ def test_gradient_chunks_do_not_change_the_gradient():
     np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(grads[0][2]), jax.tree.leaves(grads[1][2]), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_episodes_are_spread_over_the_graphs_of_each_update():
+    bank = build_bank([prepare(str(n), two_chains(n)) for n in (2, 3, 4, 5, 6)])
+    for k, expected in (
+        (0, [[0, 1, 2, 3, 4, 0], [1, 2, 3, 4, 0, 1]]),  # all graphs, round-robin continues
+        (2, [[0, 1, 0, 1, 0, 1], [2, 3, 2, 3, 2, 3]]),  # two graphs per update
+    ):
+        config = make_config(None, ["train.episodes=6", f"train.graphs_per_update={k}"])
+        trainer = Trainer.create(config, bank)
+        got = [np.asarray(trainer.episode_graphs(jnp.int32(i))).tolist() for i in (0, 1)]
+        assert got == expected

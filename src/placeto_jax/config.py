@@ -51,7 +51,8 @@ class TrainConfig:
     """REINFORCE over a batch of parallel episodes (../shared/spec/placeto.md "Training")."""
 
     iterations: int = 200  # policy updates
-    episodes: int = 64  # parallel episodes per update, spread evenly over the graphs
+    episodes: int = 64  # parallel episodes per update, spread evenly over its graphs
+    graphs_per_update: int = 0  # graphs an update trains on (round-robin); 0: all of them
     learning_rate: float = 1e-3
     final_learning_rate: float = 1e-4  # linear decay over `iterations`
     grad_clip: float = 1.25  # global norm
@@ -139,6 +140,7 @@ def validate(config: Config) -> None:
         ("policy.width", config.policy.width >= 0, "must be >= 0"),
         ("train.iterations", config.train.iterations >= 1, "must be >= 1"),
         ("train.episodes", config.train.episodes >= 1, "must be >= 1"),
+        ("train.graphs_per_update", config.train.graphs_per_update >= 0, "must be >= 0"),
         ("train.learning_rate", config.train.learning_rate > 0, "must be > 0"),
         ("train.final_learning_rate", config.train.final_learning_rate > 0, "must be > 0"),
         ("train.grad_clip", config.train.grad_clip > 0, "must be > 0"),

@@ -141,9 +141,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ rollout
     def episode_graphs(self, iteration: jax.Array) -> jax.Array:
-        """[B] graph of each episode: round-robin over the bank, continuing across updates."""
+        """[B] graph of each episode. The update takes `train.graphs_per_update` graphs
+        (0: all), round-robin over the bank and continuing across updates, and spreads its
+        episodes evenly over them."""
         b = self.config.train.episodes
-        return ((iteration * b + jnp.arange(b)) % self.n_graphs).astype(jnp.int32)
+        k = self.config.train.graphs_per_update
+        if not k or k >= self.n_graphs:
+            return ((iteration * b + jnp.arange(b)) % self.n_graphs).astype(jnp.int32)
+        return ((iteration * k + jnp.arange(b) % k) % self.n_graphs).astype(jnp.int32)
 
     def rollout(
         self, params: Any, env_params: EnvParams, key: jax.Array, graphs: jax.Array, greedy: bool
