@@ -69,25 +69,10 @@ class DeviceBank:
         def floats(x):
             return jnp.asarray(x, float_dtype)
 
-        def stacked_sim(padded) -> SimGraph | None:
-            if padded is None:
-                return None
-            return SimGraph(
-                **{
-                    f.name: jnp.asarray(
-                        getattr(padded, f.name),
-                        float_dtype
-                        if jnp.issubdtype(getattr(padded, f.name).dtype, jnp.floating)
-                        else jnp.int32,
-                    )
-                    for f in dataclasses.fields(SimGraph)
-                }
-            )
-
         return cls(
             n_nodes=jnp.asarray(bank.n_nodes, jnp.int32),
-            sim=stacked_sim(bank.sim),
-            op_sim=stacked_sim(bank.op_sim),
+            sim=SimGraph.from_padded(bank.sim, float_dtype),  # fields stacked over graphs
+            op_sim=None if bank.op_sim is None else SimGraph.from_padded(bank.op_sim, float_dtype),
             op_to_group=None if bank.op_to_group is None else jnp.asarray(bank.op_to_group),
             cost_feature=floats(_by_max(bank.cost)),
             bytes_feature=floats(_by_max(bank.out_bytes)),
