@@ -14,7 +14,7 @@ from placeto_jax import Graph
 from placeto_jax.checkpoint import Checkpointer, load_run
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
-from placeto_jax.rl.loop import read_metrics, train_and_evaluate
+from placeto_jax.rl.loop import chunks, read_metrics, train_and_evaluate
 
 pytestmark = pytest.mark.usefixtures("float32")
 
@@ -91,3 +91,19 @@ def test_config_file_round_trips(finished):
     workdir, _ = finished
     doc = json.loads((workdir / "run.json").read_text())
     assert doc["format"] == 1 and doc["config"]["train"]["episodes"] == 4
+
+
+def test_updates_run_in_chunks_that_end_at_every_evaluation_and_checkpoint():
+    run = make_config(None, SETTINGS, n_devices=2).run  # eval every 3, checkpoint every 2
+    assert chunks(0, 6, run) == [(1, 2), (3, 3), (4, 4), (5, 6)]
+    assert chunks(4, 6, run) == [(5, 6)]  # resumed at the checkpoint of update 4: same chunks
+    assert chunks(0, 5, run) == [(1, 2), (3, 3), (4, 4), (5, 5)]  # stopped early at 5
+    assert chunks(6, 6, run) == []
+
+
+def test_every_update_is_logged_once_with_its_own_metrics(finished):
+    workdir, _ = finished
+    records = read_metrics(workdir)
+    assert [r["iteration"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert len({r["train/loss"] for r in records}) == 6  # one row per update, not per chunk
+    assert [i for i, r in enumerate(records, 1) if "eval/best_runtime" in r] == [3, 6]

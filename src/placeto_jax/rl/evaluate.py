@@ -68,31 +68,36 @@ def place_graphs(
         trainer = Trainer.create(config, bank, cluster.broadcast)
         env_params = trainer.env.params(bank, cluster)
         out = jax.device_get(jax.jit(lambda p, e: greedy(trainer, p, e))(params, env_params))
-    results = []
-    for i, pg in enumerate(graphs):
-        n = pg.graph.n_ops
-        steps = trainer.config.env.passes * n
-        visited = np.asarray(out["visited"][: steps + 1, i, :n], dtype=np.int64)
-        op_graph = pg.op_graph or pg.graph
-        runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in visited]))
-        fits = np.all(runs.peak_memory <= cluster.memory_array, axis=1)
-        best = (
-            int(np.argmin(np.where(fits, runs.makespan, np.inf)))
-            if fits.any()
-            else int(np.argmin(runs.makespan))
-        )
-        alone = simulate(op_graph, cluster, single(op_graph, cluster, jax.random.key(0)))
-        results.append(
-            Placement(
-                graph=pg.name,
-                placement=pg.expand(visited[best]),
-                makespan=float(runs.makespan[best]),
-                single_device_makespan=float(alone.makespan),
-                initial_makespan=float(runs.makespan[0]),
-                peak_memory=np.asarray(runs.peak_memory[best]),
-                fits_memory=bool(fits[best]),
-                n_nodes=n,
-                evaluations=steps + 1,
-            )
-        )
-    return results
+    steps = trainer.config.env.passes
+    return [
+        rank_visited(pg, cluster, np.asarray(out["visited"][: steps * pg.graph.n_ops + 1, i]))
+        for i, pg in enumerate(graphs)
+    ]
+
+
+def rank_visited(pg: PlacementGraph, cluster: Cluster, visited: np.ndarray) -> Placement:
+    """The best of a greedy episode's visited placements [S, >= N] (the initial one first), by
+    an exact simulation of the op graph (one batch with the single-device placement); fitting
+    placements come first."""
+    n = pg.graph.n_ops
+    visited = np.asarray(visited[:, :n], dtype=np.int64)
+    op_graph = pg.op_graph or pg.graph
+    alone = single(op_graph, cluster, jax.random.key(0))
+    runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in visited] + [alone]))
+    fits = np.all(runs.peak_memory[:-1] <= cluster.memory_array, axis=1)
+    best = (
+        int(np.argmin(np.where(fits, runs.makespan[:-1], np.inf)))
+        if fits.any()
+        else int(np.argmin(runs.makespan[:-1]))
+    )
+    return Placement(
+        graph=pg.name,
+        placement=pg.expand(visited[best]),
+        makespan=float(runs.makespan[best]),
+        single_device_makespan=float(runs.makespan[-1]),
+        initial_makespan=float(runs.makespan[0]),
+        peak_memory=np.asarray(runs.peak_memory[best]),
+        fits_memory=bool(fits[best]),
+        n_nodes=n,
+        evaluations=len(visited),
+    )

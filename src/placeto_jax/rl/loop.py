@@ -1,5 +1,6 @@
-"""The host loop around the jitted update: restore-or-initialise, greedy evaluation, metrics
-(JSONL and TensorBoard), a progress bar, and checkpoints.
+"""The host loop around jitted chunks of updates (one `lax.scan` from one evaluation or
+checkpoint to the next): restore-or-initialise, greedy evaluation, metrics (JSONL and
+TensorBoard), a progress bar, and checkpoints.
 
 Every update derives its randomness from (run key, update index), and the whole TrainState
 (parameters, optimizer, baseline windows) is checkpointed, so a killed run that is started again
@@ -23,7 +24,7 @@ from tqdm.auto import tqdm
 
 from placeto_jax.checkpoint import Checkpointer, write_run
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import Config
+from placeto_jax.config import Config, RunConfig
 from placeto_jax.env.bank import Bank, PlacementGraph, build_bank
 from placeto_jax.files import atomic_write
 from placeto_jax.rl.evaluate import greedy
@@ -79,7 +80,7 @@ def _train(config, graphs, workdir, progress, stop_at, on_eval, mesh) -> TrainRe
     state = checkpointer.restore_state(fresh) or fresh
     start = int(local_copy(state.iteration))
     log = MetricsLog(workdir, start) if lead else None
-    update = jax.jit(trainer.update)
+    updates = jax.jit(trainer.updates, static_argnums=3)
     evaluate = jax.jit(lambda p, e: greedy(trainer, p, e))
     hyper = Hyper.of(config) if mesh is None else replicate(Hyper.of(config), mesh)
     total = config.train.iterations
@@ -93,29 +94,47 @@ def _train(config, graphs, workdir, progress, stop_at, on_eval, mesh) -> TrainRe
             unit="update",
             dynamic_ncols=True,
         ) as bar:
-            for iteration in range(start + 1, end + 1):
-                state, metrics = update(state, env_params, hyper)
-                record = {k: float(v) for k, v in local_copy(metrics).items()}
-                if iteration % config.run.eval_every == 0 or iteration == total:
-                    summary = _eval_record(evaluate(state.params, env_params), bank.names)
-                    record.update(summary)
-                    bar.set_postfix(
-                        runtime=f"{record['train/final_runtime']:.4g}",
-                        eval=f"{summary['eval/best_runtime']:.4g}",
-                    )
-                    if on_eval is not None:
-                        on_eval(iteration, summary)
-                if log is not None:
-                    log.write(iteration, record)
-                if iteration % config.run.checkpoint_every == 0 or iteration == total:
-                    checkpointer.save(iteration, state)
-                bar.update(1)
+            for first, last in chunks(start, end, config.run):
+                state, stacked = updates(state, env_params, hyper, last - first + 1)
+                stacked = local_copy(stacked)
+                for iteration in range(first, last + 1):
+                    record = {k: float(v[iteration - first]) for k, v in stacked.items()}
+                    if iteration == last and (last % config.run.eval_every == 0 or last == total):
+                        summary = _eval_record(evaluate(state.params, env_params), bank.names)
+                        record.update(summary)
+                        bar.set_postfix(
+                            runtime=f"{record['train/final_runtime']:.4g}",
+                            eval=f"{summary['eval/best_runtime']:.4g}",
+                        )
+                        if on_eval is not None:
+                            on_eval(iteration, summary)
+                    if log is not None:
+                        log.write(iteration, record)
+                if last % config.run.checkpoint_every == 0 or last == total:
+                    checkpointer.save(last, state)
+                bar.update(last - first + 1)
     finally:
         if log is not None:
             log.close()
         checkpointer.close()
     evaluation = local_copy(evaluate(state.params, env_params))
     return TrainResult(state, trainer, bank, evaluation, start)
+
+
+def chunks(start: int, end: int, run: RunConfig) -> list[tuple[int, int]]:
+    """Update ranges (first, last), inclusive, covering start+1..end, each run as one jitted scan:
+    a chunk ends at every evaluation and checkpoint step and at `end`. The boundaries depend only
+    on the iteration numbers, so a resumed run takes the same chunks as an uninterrupted one."""
+    ranges, first = [], start + 1
+    for iteration in range(start + 1, end + 1):
+        if (
+            iteration % run.eval_every == 0
+            or iteration % run.checkpoint_every == 0
+            or iteration == end
+        ):
+            ranges.append((first, iteration))
+            first = iteration + 1
+    return ranges
 
 
 def _eval_record(out: dict[str, jax.Array], names: tuple[str, ...]) -> dict[str, float]:

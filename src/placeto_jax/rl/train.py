@@ -341,6 +341,14 @@ class Trainer:
         }
         return new_state, metrics
 
+    def updates(
+        self, state: TrainState, env_params: EnvParams, hyper: Hyper, count: int
+    ) -> tuple[TrainState, dict[str, jax.Array]]:
+        """`count` (static) updates in one `lax.scan`; metrics stacked to [count]."""
+        return jax.lax.scan(
+            lambda s, _: self.update(s, env_params, hyper), state, None, length=count
+        )
+
 
 def _keep_if(keep_new: jax.Array) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """f(new, old) = new where `keep_new` else old (a skipped update leaves the state as is)."""
@@ -359,11 +367,6 @@ def make_train(
     def train(key: jax.Array, hyper: Hyper | None = None):
         hyper = Hyper.of(config) if hyper is None else hyper
         state = trainer.init(key, env_params)
-        return jax.lax.scan(
-            lambda s, _: trainer.update(s, env_params, hyper),
-            state,
-            None,
-            length=config.train.iterations,
-        )
+        return trainer.updates(state, env_params, hyper, config.train.iterations)
 
     return train
