@@ -1,0 +1,418 @@
+"""`placeto-jax sweep`: train Placeto over a grid of scalar settings and seeds.
+
+Grid points whose configs differ only in the `Hyper` fields (`lr` = `train.learning_rate`,
+`entropy` = `train.entropy`) run together with their seeds as one `jax.jit(jax.vmap(train))`
+program; points that differ in anything else (shapes, static branches) compile one program per
+distinct static config, run one after another. Sweeping `lr` scales the whole learning-rate
+schedule (the final rate keeps the base config's final / initial ratio), which is what a vmapped
+`Hyper.learning_rate` does; with `train.final_learning_rate` in the grid too, `lr` is static.
+
+Each point is scored by the exact op-graph makespan of a greedy episode of every seed's trained
+policy (visited placements ranked on the op graph, as `rl.evaluate.place_graphs` does) and by
+the sampled episodes' final runtime over the last updates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from placeto_jax.cli_agent import load_graphs
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import PRESETS, Config, apply, make_config, to_dict
+from placeto_jax.env.bank import PlacementGraph, build_bank
+from placeto_jax.placers.simple import single
+from placeto_jax.reproduce.output import Recorder
+from placeto_jax.rl.evaluate import greedy
+from placeto_jax.rl.loop import cluster_of
+from placeto_jax.rl.train import Hyper, Trainer, make_train
+from placeto_jax.sim.api import simulate
+
+ALIASES = {"lr": "train.learning_rate", "entropy": "train.entropy"}
+HYPER_FIELDS = {"train.learning_rate": "learning_rate", "train.entropy": "entropy"}
+SECTIONS = ("env", "policy", "train", "run")
+TAIL_FRACTION = 0.1  # the last updates whose train/final_runtime scores a run
+MS = 1e3  # µs
+# Quick (CPU) sizes under any grid: the tiny preset on a graph coarsened to 24 groups.
+QUICK = ("run.group_target=24", "train.episodes=16", "train.iterations=40")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One grid point: its swept values and the config they give."""
+
+    settings: tuple[tuple[str, Any], ...]  # (key as given on the command line, typed value)
+    config: Config
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v:g}" if _is_float(v) else f"{k}={v}" for k, v in self.settings)
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """Every seed of some grid points, trained: arrays [P, S, ...] (points, seeds), or
+    [S, ...] for one point."""
+
+    params: Any  # policy parameters, leaves [P, S, ...]
+    curves: np.ndarray  # [P, S, iterations] train/final_runtime (fraction of the initial)
+    makespans: np.ndarray  # [P, S, G] µs, exact op-graph makespan of the greedy placement
+    initial: np.ndarray  # [P, S, G] µs, that of the greedy episode's initial placement
+
+    def point(self, j: int) -> Runs:
+        """Point j's runs: arrays [S, ...]."""
+        params = jax.tree.map(lambda x: x[j], self.params)
+        return Runs(params, self.curves[j], self.makespans[j], self.initial[j])
+
+
+# ---------------------------------------------------------------------- the grid
+def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
+    """{key: [value texts]} from `KEY=V1,V2,...` items (the `--set` arguments)."""
+    grid: dict[str, list[str]] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ValueError(f"bad --set {item!r}: expected KEY=V1,V2,..., e.g. lr=1e-3,1e-2")
+        values = [v.strip() for v in text.split(",")]
+        if not text.strip() or not all(values):
+            raise ValueError(f"--set {key}: empty value in {text!r}")
+        if key in grid:
+            raise ValueError(f"--set {key} is given twice")
+        grid[key] = values
+    return grid
+
+
+def grid_points(base: Config, grid: Mapping[str, Sequence[Any]]) -> list[Point]:
+    """Every combination of the grid's values (the first key varies slowest), each a valid
+    config; ValueError naming the first bad key or value."""
+    for key, values in grid.items():
+        _check_key(key)
+        if not values:
+            raise ValueError(f"sweep key {key}: empty value list")
+    if len({_canonical(k) for k in grid}) < len(grid):
+        raise ValueError(f"sweep keys {', '.join(grid)} name one setting twice")
+    scaled = lr_is_hyper(grid)
+    points = []
+    for combo in itertools.product(*grid.values()):
+        settings = {_canonical(k): str(v) for k, v in zip(grid, combo, strict=True)}
+        config = apply(base, settings)
+        if scaled:
+            ratio = base.train.final_learning_rate / base.train.learning_rate
+            config = apply(
+                config, {"train.final_learning_rate": config.train.learning_rate * ratio}
+            )
+        typed = tuple((k, _value(config, _canonical(k))) for k in grid)
+        points.append(Point(typed, config))
+    return points
+
+
+def _canonical(key: str) -> str:
+    return ALIASES.get(key, key)
+
+
+def lr_is_hyper(keys: Sequence[str] | Mapping[str, Any]) -> bool:
+    """Whether a grid over `keys` vmaps the learning rate: it is swept and the final learning
+    rate is not (then the base's final / initial ratio holds for every point)."""
+    canonical = {_canonical(k) for k in keys}
+    return "train.learning_rate" in canonical and "train.final_learning_rate" not in canonical
+
+
+def _check_key(key: str) -> None:
+    """ValueError unless `key` names a scalar field of a config section (or is an alias)."""
+    section, dot, field = _canonical(key).partition(".")
+    if not dot or section not in SECTIONS:
+        raise ValueError(
+            f"unknown sweep key {key!r}: use {', '.join(ALIASES)} or SECTION.FIELD with "
+            f"SECTION one of {', '.join(SECTIONS)} (seeds: --seeds, devices: --devices)"
+        )
+    hints = typing.get_type_hints(type(getattr(Config(), section)))
+    if field not in hints:
+        raise ValueError(f"unknown sweep key {key!r}: {section} has no field {field!r}")
+    if typing.get_origin(hints[field]) is tuple:
+        raise ValueError(f"sweep key {key!r} is a tuple field; only scalar fields can be swept")
+
+
+def _value(config: Config, key: str) -> Any:
+    section, _, field = key.partition(".")
+    return getattr(getattr(config, section), field)
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, float)
+
+
+def static_config(point: Point, base: Config) -> Config:
+    """The point's config with its vmapped (`Hyper`) fields set back to the base's: points
+    with equal static configs share one compiled program."""
+    train = point.config.train
+    reset = {"entropy": base.train.entropy}
+    if lr_is_hyper([k for k, _ in point.settings]):
+        reset |= {
+            "learning_rate": base.train.learning_rate,
+            "final_learning_rate": base.train.final_learning_rate,
+        }
+    return dataclasses.replace(point.config, train=dataclasses.replace(train, **reset))
+
+
+def group_points(points: Sequence[Point], base: Config) -> dict[Config, list[int]]:
+    """{static config: indices of its points}, in the order of first appearance."""
+    groups: dict[Config, list[int]] = {}
+    for i, point in enumerate(points):
+        groups.setdefault(static_config(point, base), []).append(i)
+    return groups
+
+
+# ---------------------------------------------------------------------- training
+def seed_keys(seeds: int, points: int = 1) -> jax.Array:
+    """[P x S] keys of seeds 0..S-1 for each of P points (point-major), the keys
+    `placeto-jax train --seed s` starts from."""
+    return jax.vmap(jax.random.key)(jnp.tile(jnp.arange(seeds), points))
+
+
+def point_hypers(points: Sequence[Point], seeds: int) -> Hyper:
+    """`Hyper` fields [P x S], each point's values repeated for its seeds (point-major)."""
+
+    def column(field: str) -> jax.Array:
+        values = [getattr(p.config.train, field) for p in points]
+        return jnp.repeat(jnp.array(values, jnp.float32), seeds)
+
+    return Hyper(learning_rate=column("learning_rate"), entropy=column("entropy"))
+
+
+def train_points(
+    static: Config, points: Sequence[Point], seeds: int, graphs: list[PlacementGraph]
+) -> Runs:
+    """Train every (point, seed) of one static config as one vmapped program; evaluate."""
+    cluster = cluster_of(static)
+    bank = build_bank(graphs, static.run.buckets)
+    n_points = len(points)
+    with jax.enable_x64(False):
+        train = jax.jit(jax.vmap(make_train(static, bank, cluster)))
+        states, metrics = train(seed_keys(seeds, n_points), point_hypers(points, seeds))
+    makespans, initial = greedy_makespans(static, states.params, graphs, cluster)
+    return Runs(
+        params=jax.tree.map(lambda x: x.reshape(n_points, seeds, *x.shape[1:]), states.params),
+        curves=np.asarray(metrics["train/final_runtime"]).reshape(n_points, seeds, -1),
+        makespans=makespans.reshape(n_points, seeds, -1),
+        initial=initial.reshape(n_points, seeds, -1),
+    )
+
+
+def greedy_makespans(
+    config: Config, params: Any, graphs: list[PlacementGraph], cluster: Cluster
+) -> tuple[np.ndarray, np.ndarray]:
+    """([K, G], [K, G]) µs: for each of K stacked parameter sets (leaves [K, ...]), the exact
+    op-graph makespan of its greedy placement of every graph, chosen among the placements the
+    greedy episode visited as `place_graphs` chooses (the fastest that fits memory; the fastest
+    if none does), and that of the episode's initial placement. One compiled greedy program
+    for all K."""
+    with jax.enable_x64(False):
+        bank = build_bank(graphs, config.run.buckets)
+        trainer = Trainer.create(config, bank, cluster.broadcast)
+        env_params = trainer.env.params(bank, cluster)
+        run = jax.jit(jax.vmap(lambda p: greedy(trainer, p, env_params)["visited"]))
+        visited = np.asarray(run(params))  # [K, T + 1, G, N]
+    best, initial = np.empty((2, visited.shape[0], len(graphs)))
+    for i, pg in enumerate(graphs):
+        op_graph = pg.op_graph or pg.graph
+        steps = config.env.passes * pg.graph.n_ops
+        for k in range(visited.shape[0]):
+            rows = visited[k, : steps + 1, i, : pg.graph.n_ops].astype(np.int64)
+            runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in rows]))
+            fits = np.all(runs.peak_memory <= cluster.memory_array, axis=1)
+            best[k, i] = np.min(runs.makespan[fits]) if fits.any() else np.min(runs.makespan)
+            initial[k, i] = runs.makespan[0]
+    return best, initial
+
+
+def single_makespans(graphs: list[PlacementGraph], cluster: Cluster) -> np.ndarray:
+    """[G] µs, every op of each op graph on device 0."""
+    return np.array(
+        [
+            float(simulate(g, cluster, single(g, cluster, jax.random.key(0))).makespan)
+            for g in (pg.op_graph or pg.graph for pg in graphs)
+        ]
+    )
+
+
+def run_grid(
+    base: Config,
+    points: Sequence[Point],
+    seeds: int,
+    graphs: list[PlacementGraph],
+    progress: bool = True,
+) -> list[Runs]:
+    """[P] the trained runs of every point: one compiled program per static config."""
+    found: dict[int, Runs] = {}
+    with tqdm(total=len(points), desc="sweep", unit="point", disable=not progress) as bar:
+        for static, members in group_points(points, base).items():
+            runs = train_points(static, [points[i] for i in members], seeds, graphs)
+            for j, i in enumerate(members):
+                found[i] = runs.point(j)
+            bar.update(len(members))
+    return [found[i] for i in range(len(points))]
+
+
+# ---------------------------------------------------------------------- results
+def summary_rows(
+    points: Sequence[Point], runs: Sequence[Runs], single_us: np.ndarray
+) -> list[dict[str, Any]]:
+    """One row per point, best (lowest mean greedy makespan) first."""
+    rows = []
+    for point, run in zip(points, runs, strict=True):
+        per_seed = run.makespans.mean(axis=1)  # [S] mean over graphs, µs
+        speedup = (single_us[None, :] / run.makespans).mean(axis=1)  # [S]
+        tail = max(1, round(TAIL_FRACTION * run.curves.shape[1]))
+        final = run.curves[:, -tail:].mean(axis=1)  # [S]
+        rows.append(
+            {
+                "setting": point.label or "(base config)",
+                **dict(point.settings),
+                "makespan_ms": float(per_seed.mean() / MS),
+                "makespan_std_ms": float(per_seed.std() / MS),
+                "initial_ms": float(run.initial.mean() / MS),
+                "speedup_vs_single": float(speedup.mean()),
+                "final_runtime": float(final.mean()),
+                "final_runtime_std": float(final.std()),
+            }
+        )
+    rows.sort(key=lambda r: r["makespan_ms"])
+    return [{"rank": i + 1, **r} for i, r in enumerate(rows)]
+
+
+def draw_curves(labels: Sequence[str], curves: Sequence[np.ndarray]):
+    """`draw(figure)`: mean over seeds of train/final_runtime per update, one line each."""
+
+    def draw(figure) -> None:
+        ax = figure.add_subplot()
+        for label, curve in zip(labels, curves, strict=True):
+            x = np.arange(1, curve.shape[1] + 1)
+            ax.plot(x, curve.mean(axis=0), label=label)
+        ax.set_xlabel("update")
+        ax.set_ylabel("sampled final runtime / initial")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+
+    return draw
+
+
+def base_config(preset: str | None, devices: int, quick: bool) -> Config:
+    """The sweep's base: the preset (tiny when quick and none is given), with the quick sizes."""
+    if devices < 1:
+        raise ValueError(f"--devices must be at least 1, got {devices}")
+    if quick:
+        return make_config(preset or "tiny", list(QUICK), n_devices=devices)
+    return make_config(preset, [], n_devices=devices)
+
+
+def run_sweep(
+    graphs: str,
+    devices: int,
+    grid: Mapping[str, Sequence[Any]],
+    seeds: int,
+    preset: str | None,
+    out_root: str | Path,
+    name: str | None = None,
+    progress: bool = True,
+    quick: bool = False,
+) -> Path:
+    """Train every grid point x seed on `graphs`, write results/<name or sweep>/, return the
+    README's path. Every input is checked before any training."""
+    if seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {seeds}")
+    base = base_config(preset, devices, quick)
+    points = grid_points(base, grid)
+    prepared = load_graphs(graphs, base)
+    recorder = Recorder(out_root, name or "sweep", "quick" if quick else "full")
+    runs = run_grid(base, points, seeds, prepared, progress)
+    rows = summary_rows(points, runs, single_makespans(prepared, cluster_of(base)))
+    recorder.table(
+        "sweep",
+        "Grid points, best first",
+        rows,
+        note=f"Best: **{rows[0]['setting']}**. makespan: exact op-graph makespan of the "
+        "greedy placement (mean over graphs, then mean and std over seeds); final_runtime: "
+        f"sampled episodes' final runtime / initial over the last {TAIL_FRACTION:.0%} of the "
+        "updates.",
+    )
+    recorder.figure(
+        "curves",
+        "Learning curves (mean over seeds)",
+        draw_curves([p.label or "(base config)" for p in points], [r.curves for r in runs]),
+    )
+    return recorder.finish(
+        {
+            "graphs": graphs,
+            "devices": devices,
+            "preset": preset,
+            "quick": quick,
+            "grid": {k: list(v) for k, v in grid.items()},
+            "programs": len(group_points(points, base)),
+            "base": to_dict(base),
+        },
+        list(range(seeds)),
+        notes=_NOTES,
+    )
+
+
+_NOTES = """\
+Points that differ only in `lr`/`entropy` ran vmapped with their seeds in one compiled program;
+`lr` scales the whole learning-rate schedule (final rate = lr x the base's final / initial).
+Seed s trains from `jax.random.key(s)`, as `placeto-jax train --seed s` does."""
+
+
+# ---------------------------------------------------------------------- command line
+def add_sweep_command(commands) -> None:
+    """Add `sweep` to the `placeto-jax` subcommands."""
+    sweep = commands.add_parser(
+        "sweep",
+        help="train over a grid of hyperparameters and seeds",
+        description="Train Placeto for every combination of the --set values and every seed, "
+        "and write a table (best first) and learning curves to OUT/NAME/. Points differing "
+        "only in lr/entropy run vmapped in one compiled program.",
+    )
+    sweep.add_argument("--graphs", required=True, metavar="NAME[,NAME...]", help="graphs")
+    sweep.add_argument("--devices", type=int, required=True, metavar="D", help="device count")
+    sweep.add_argument("--preset", choices=sorted(PRESETS), default=None, help="config preset")
+    sweep.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="values of one setting: lr, entropy or SECTION.FIELD (repeatable)",
+    )
+    sweep.add_argument("--seeds", type=int, default=1, help="seeds 0..S-1 (default: %(default)s)")
+    sweep.add_argument(
+        "--quick", action="store_true", help=f"CPU sizes: tiny preset and {' '.join(QUICK)}"
+    )
+    sweep.add_argument("--out", default="results", metavar="DIR", help="(default: %(default)s)")
+    sweep.add_argument("--name", default=None, help="experiment name (default: sweep)")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sweep.set_defaults(command=_sweep)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    readme = run_sweep(
+        args.graphs,
+        args.devices,
+        parse_grid(args.set),
+        args.seeds,
+        args.preset,
+        args.out,
+        args.name,
+        progress=not args.no_progress,
+        quick=args.quick,
+    )
+    print(readme.read_text())
+    return 0

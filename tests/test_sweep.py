@@ -1,0 +1,166 @@
+"""`placeto-jax sweep`: grid parsing and validation, vmapped grid points equal to separate
+runs, grouping by static config, and the files a sweep writes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from placeto_jax import Graph
+from placeto_jax.config import make_config
+from placeto_jax.env import prepare
+from placeto_jax.env.bank import build_bank
+from placeto_jax.graphs.io import save_graph
+from placeto_jax.reproduce import sweep
+from placeto_jax.rl.loop import cluster_of
+from placeto_jax.rl.train import make_train
+
+pytestmark = pytest.mark.usefixtures("float32")
+
+GRAPH = Graph.from_edges([100.0] * 6, [1e5] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
+SMALL = ["train.iterations=3", "train.episodes=4", "policy.rounds=1", "run.buckets=8"]
+
+
+def base() -> object:
+    return make_config(None, SMALL, n_devices=2)
+
+
+def test_grid_parsing_resolves_aliases_and_types():
+    grid = sweep.parse_grid(["lr=1e-3,1e-2", "policy.rounds=1,2", "env.traversal=random"])
+    assert grid == {
+        "lr": ["1e-3", "1e-2"],
+        "policy.rounds": ["1", "2"],
+        "env.traversal": ["random"],
+    }
+    points = sweep.grid_points(base(), grid)
+    assert len(points) == 4
+    assert points[1].settings == (("lr", 1e-3), ("policy.rounds", 2), ("env.traversal", "random"))
+    assert points[1].config.policy.rounds == 2 and points[1].config.env.traversal == "random"
+    assert points[1].label == "lr=0.001, policy.rounds=2, env.traversal=random"
+
+
+def test_lr_scales_the_schedule_and_hyper_points_share_one_program():
+    config = base()
+    points = sweep.grid_points(config, {"lr": ["1e-3", "1e-2"], "entropy": ["0", "0.1"]})
+    ratio = config.train.final_learning_rate / config.train.learning_rate
+    for p in points:
+        assert p.config.train.final_learning_rate == pytest.approx(
+            p.config.train.learning_rate * ratio
+        )
+    assert len(sweep.group_points(points, config)) == 1
+    static = sweep.grid_points(config, {"lr": ["1e-3"], "policy.rounds": ["1", "2"]})
+    assert len(sweep.group_points(static, config)) == 2
+    both = sweep.grid_points(
+        config, {"lr": ["1e-3", "1e-2"], "train.final_learning_rate": ["1e-4"]}
+    )
+    assert len(sweep.group_points(both, config)) == 2  # lr is static then
+    assert both[1].config.train.final_learning_rate == 1e-4
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (["lr"], "expected KEY=V1,V2"),
+        (["lr="], "empty value"),
+        (["lr=1e-3,,1e-2"], "empty value"),
+        (["lr=1", "lr=2"], "given twice"),
+    ],
+)
+def test_bad_set_items_are_refused(items, message):
+    with pytest.raises(ValueError, match=message):
+        sweep.parse_grid(items)
+
+
+@pytest.mark.parametrize(
+    ("grid", "message"),
+    [
+        ({"learning_rate": ["1"]}, "unknown sweep key 'learning_rate'"),
+        ({"seed": ["1"]}, "unknown sweep key 'seed'"),
+        ({"train.nope": ["1"]}, "train has no field 'nope'"),
+        ({"run.buckets": ["32"]}, "tuple field"),
+        ({"lr": []}, "empty value list"),
+        ({"lr": ["fast"]}, "bad value 'fast' for config train.learning_rate"),
+        ({"policy.rounds": ["1.5"]}, "bad value '1.5' for config policy.rounds"),
+        ({"env.traversal": ["sideways"]}, "env.traversal='sideways' is not one of"),
+        ({"lr": ["-1"]}, "train.learning_rate must be > 0"),
+        ({"lr": ["1"], "train.learning_rate": ["2"]}, "name one setting twice"),
+    ],
+)
+def test_bad_grids_are_refused(grid, message):
+    with pytest.raises(ValueError, match=message):
+        sweep.grid_points(base(), grid)
+
+
+def test_bad_seeds_fail_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="--seeds must be at least 1"):
+        sweep.run_sweep("no-such-graph.json", 2, {"lr": ["1e-3"]}, 0, None, tmp_path)
+    with pytest.raises(ValueError, match="unknown sweep key"):
+        sweep.run_sweep("no-such-graph.json", 2, {"nope": ["1"]}, 1, None, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_command_parses_into_run_sweep_arguments(monkeypatch):
+    parser = argparse.ArgumentParser()
+    sweep.add_sweep_command(parser.add_subparsers())
+    args = parser.parse_args(
+        ["sweep", "--graphs", "g", "--devices", "2", "--set", "lr=1,2", "--seeds", "3", "--quick"]
+    )
+    seen = {}
+    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: seen.update(args=a, kwargs=k))
+    with pytest.raises(AttributeError):  # the stand-in returns no README path
+        args.command(args)
+    assert seen["args"] == ("g", 2, {"lr": ["1", "2"]}, 3, None, "results", None)
+    assert seen["kwargs"] == {"progress": True, "quick": True}
+
+
+@pytest.fixture(scope="module")
+def grid_runs():
+    with jax.enable_x64(False):
+        config = base()
+        points = sweep.grid_points(config, {"lr": ["1e-3", "3e-2"], "entropy": ["0.01"]})
+        graphs = [prepare("g", GRAPH)]
+        return config, points, graphs, sweep.run_grid(config, points, 2, graphs, progress=False)
+
+
+@pytest.mark.slow
+def test_vmapped_grid_points_equal_separate_runs(grid_runs):
+    _, points, graphs, runs = grid_runs
+    point = points[1]
+    train = jax.jit(make_train(point.config, build_bank(graphs), cluster_of(point.config)))
+    alone, metrics = train(jax.random.key(1))
+    for a, b in zip(jax.tree.leaves(runs[1].params), jax.tree.leaves(alone.params), strict=True):
+        np.testing.assert_allclose(a[1], b, rtol=2e-4, atol=1e-6)
+    np.testing.assert_allclose(runs[1].curves[1], metrics["train/final_runtime"], rtol=1e-5)
+    assert not np.allclose(jax.tree.leaves(runs[0].params)[0], jax.tree.leaves(runs[1].params)[0])
+
+
+@pytest.mark.slow
+def test_greedy_makespans_are_exact_and_never_worse_than_the_initial(grid_runs):
+    _, _, graphs, runs = grid_runs
+    for run in runs:
+        assert run.makespans.shape == run.initial.shape == (2, 1)
+        assert np.all(run.makespans <= run.initial)
+    single = sweep.single_makespans(graphs, cluster_of(base()))
+    assert single.shape == (1,) and single[0] > 600.0  # six 100 µs ops, overheads on top
+    assert np.all(runs[0].makespans >= 300.0)  # a chain of three ops at least
+
+
+def test_a_sweep_writes_its_report_with_the_best_row_first(tmp_path, monkeypatch):
+    path = tmp_path / "g.json"
+    save_graph(GRAPH, path)
+    monkeypatch.setattr(sweep, "base_config", lambda *_: base())
+    grid = {"lr": ["1e-3", "3e-2"]}
+    readme = sweep.run_sweep(str(path), 2, grid, 2, None, tmp_path / "out", "s", progress=False)
+    assert readme == tmp_path / "out" / "s" / "README.md"
+    for name in ("sweep.csv", "sweep.json", "curves.png", "header.json"):
+        assert (readme.parent / name).stat().st_size > 0
+    rows = json.loads((readme.parent / "sweep.json").read_text())
+    assert len(rows) == 2 and rows[0]["rank"] == 1
+    assert rows[0]["makespan_ms"] == min(r["makespan_ms"] for r in rows)
+    assert f"Best: **{rows[0]['setting']}**" in readme.read_text()
+    header = json.loads((readme.parent / "header.json").read_text())
+    assert header["config"]["programs"] == 1 and header["seeds"] == [0, 1]
