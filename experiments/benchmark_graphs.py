@@ -27,10 +27,10 @@ import placeto_jax as pj
 from placeto_jax.cluster import GBPS
 from placeto_jax.files import atomic_write
 from placeto_jax.graphs import BenchmarkGraph, load_benchmark, load_expert_split
+from placeto_jax.graphs.benchmark import benchmark_files, expert_split_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "results" / "benchmark_graphs" / "summary.json"
-EXPERTS = "human-experts"
 US_PER_MS = 1e3
 BYTES_PER_GB = 1e9
 COLUMNS = (
@@ -68,24 +68,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def graph_files(data: Path) -> list[Path]:
-    """Every JSON file under `data` except the expert splits."""
-    return sorted(p for p in data.rglob("*.json") if EXPERTS not in p.relative_to(data).parts)
-
-
-def expert_file(data: Path, graph_path: Path) -> tuple[Path | None, str]:
-    """The graph's expert split and where it comes from ("own", "inference" or "none")."""
-    if "LayerGraphs" not in graph_path.parts:
-        return None, "none"
-    own = data / EXPERTS / f"{graph_path.stem}_expert.json"
-    if own.is_file():
-        return own, "own"
-    inference = data / EXPERTS / f"{graph_path.stem.replace('_training', '_inference')}_expert.json"
-    if graph_path.stem.endswith("_training") and inference.is_file():
-        return inference, "inference"
-    return None, "none"
-
-
 def summarise(data: Path, path: Path) -> dict:
     """One row: the graph's size and hardware, and the simulated placements."""
     start = time.perf_counter()
@@ -103,7 +85,7 @@ def summarise(data: Path, path: Path) -> dict:
         "load_seconds": load_seconds,
     }
     placements = [np.zeros(g.n_ops, dtype=np.int64)]
-    split_path, source = expert_file(data, path)
+    split_path, source = expert_split_file(data, path)
     row.update(expert_split=None if split_path is None else split_path.name, expert_source=source)
     row["expert_error"] = None
     if split_path is not None:
@@ -171,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.data.is_dir():
         raise SystemExit(f"--data {args.data} is not a folder")
     jax.config.update("jax_enable_x64", True)
-    files = graph_files(args.data)
+    files = benchmark_files(args.data)
     if not files:
         raise SystemExit(f"no graph files (*.json) under {args.data}")
     rows = [summarise(args.data, path) for path in files]

@@ -28,6 +28,7 @@ from matplotlib.ticker import MaxNLocator
 
 import placeto_jax as pj
 from placeto_jax.cli_agent import add_agent_commands
+from placeto_jax.cli_reproduce import add_reproduce_command
 from placeto_jax.cluster import PRESETS, Cluster
 from placeto_jax.files import atomic_write
 from placeto_jax.graphs.core import Graph
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_graphs(commands)
     add_agent_commands(commands)
+    add_reproduce_command(commands)
     return parser
 
 

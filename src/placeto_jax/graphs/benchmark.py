@@ -44,6 +44,7 @@ import os
 import re
 import reprlib
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -157,6 +158,32 @@ def expert_split_from_dict(doc: object, benchmark: BenchmarkGraph) -> np.ndarray
 
 
 # ---------------------------------------------------------------------- nodes and edges
+EXPERTS = "human-experts"  # folder of the expert splits in a benchmark data directory
+
+
+def benchmark_files(data: str | os.PathLike) -> list[Path]:
+    """Every benchmark graph (`*.json`) under `data`, outside the expert-split folder."""
+    data = Path(data)
+    if not data.is_dir():
+        raise ValueError(f"benchmark data folder {str(data)!r} does not exist")
+    return sorted(p for p in data.rglob("*.json") if EXPERTS not in p.relative_to(data).parts)
+
+
+def expert_split_file(data: str | os.PathLike, graph_path: Path) -> tuple[Path | None, str]:
+    """The expert split of a layer graph and where it comes from: "own", "inference" (a
+    training graph without one uses its inference split, extended by colorClass) or "none"."""
+    if "LayerGraphs" not in graph_path.parts:
+        return None, "none"
+    experts = Path(data) / EXPERTS
+    own = experts / f"{graph_path.stem}_expert.json"
+    if own.is_file():
+        return own, "own"
+    inference = experts / f"{graph_path.stem.replace('_training', '_inference')}_expert.json"
+    if graph_path.stem.endswith("_training") and inference.is_file():
+        return inference, "inference"
+    return None, "none"
+
+
 def _node(node: object, i: int) -> dict:
     """The fields of node i, validated (colorClass None and name `node<id>` when missing)."""
     if not isinstance(node, dict):

@@ -1,0 +1,166 @@
+"""Every method on the layer graphs of the benchmark folder (msr-fiddle format, inference and
+training), with the accelerator count and memory each file gives, next to the files' expert
+splits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import make_config, to_dict
+from placeto_jax.env.bank import prepare
+from placeto_jax.graphs.benchmark import (
+    benchmark_files,
+    expert_split_file,
+    load_benchmark,
+    load_expert_split,
+)
+from placeto_jax.placers import run_method
+from placeto_jax.reproduce import learned
+from placeto_jax.reproduce.output import Recorder
+from placeto_jax.reproduce.placeto import PlacetoBench
+from placeto_jax.sim.api import simulate
+
+MS = 1e3  # µs
+BASELINES = ("single", "metis", "heft", "m-etf", "m-sct", "local-search", "cross-entropy")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What one preset runs."""
+
+    search_budget: int  # simulator evaluations of local search and the cross-entropy method
+    learned_budget: int  # simulator evaluations of the RNN placer and the hierarchical planner
+    placeto: tuple[str, ...]  # config overrides (tiny preset) of Placeto trained per graph
+    seed: int = 0
+
+
+PRESETS = {
+    "quick": Settings(
+        search_budget=512,
+        learned_budget=512,
+        placeto=("train.iterations=10", "train.episodes=16", "run.group_target=32"),
+    ),
+    "full": Settings(
+        search_budget=8192,
+        learned_budget=20480,
+        placeto=(
+            "train.iterations=200",
+            "train.episodes=64",
+            "run.group_target=128",
+            "policy.rounds=8",
+        ),
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One layer graph with its hardware and expert split."""
+
+    file: str  # path relative to the data folder
+    graph: object  # Graph
+    cluster: Cluster
+    expert: np.ndarray | None  # [N] int64 device per node, from the file's expert split
+    expert_source: str  # "own", "inference" or "none"
+
+
+def layer_graphs(data: str | Path) -> list[Case]:
+    """The layer graphs under `data` (files in a `LayerGraphs` folder) with their clusters:
+    `maxFPGAs` devices of `maxSizePerFPGA` bytes, placeto-k80 timing."""
+    data = Path(data)
+    cases = []
+    for path in benchmark_files(data):
+        if "LayerGraphs" not in path.parts:
+            continue
+        bench = load_benchmark(path)
+        split, source = expert_split_file(data, path)
+        cases.append(
+            Case(
+                file=str(path.relative_to(data)),
+                graph=bench.graph,
+                cluster=Cluster(
+                    n_devices=bench.max_accelerators, memory=bench.accelerator_memory_bytes
+                ),
+                expert=None if split is None else load_expert_split(split, bench),
+                expert_source=source,
+            )
+        )
+    if not cases:
+        raise ValueError(f"no layer graphs (*/LayerGraphs/*.json) under {str(data)!r}")
+    return cases
+
+
+def run_benchmarks(
+    root: str | Path, data: str | Path, preset: str = "quick", progress: bool = True
+) -> Path:
+    settings = PRESETS[preset]
+    cases = layer_graphs(data)  # every file is read (and checked) before any work starts
+    recorder = Recorder(root, "benchmarks", preset)
+    benches = _placeto_benches(cases, settings)
+    rows = []
+    for case in tqdm(cases, desc="benchmarks", unit="graph", disable=not progress):
+        key = jax.random.key(settings.seed)
+        row = {"file": case.file, "nodes": case.graph.n_ops, "accelerators": case.cluster.n_devices}
+        if case.expert is not None:
+            row["expert (file)"] = (
+                float(simulate(case.graph, case.cluster, case.expert).makespan) / MS
+            )
+        else:
+            row["expert (file)"] = None
+        for name in BASELINES:
+            budget = settings.search_budget if name in ("local-search", "cross-entropy") else None
+            result = run_method(name, case.graph, case.cluster, key, budget)
+            row[name] = result.makespan / MS
+        for name in learned.TRAINERS:
+            result, _ = learned.train(name, case.graph, case.cluster, key, settings.learned_budget)
+            row[name] = result.makespan / MS
+        bench, index = benches[case.file]
+        row["placeto"] = bench.fit(index, key).best.makespan / MS
+        methods = [m for m in row if m not in ("file", "nodes", "accelerators") and row[m]]
+        row["best"] = min(methods, key=lambda m: row[m])
+        rows.append(row)
+    recorder.table(
+        "makespan",
+        "Makespan (ms) per layer graph",
+        rows,
+        note="Each file's accelerator count and memory; placeto-k80 timing constants. "
+        "`expert (file)` is the human-expert split that comes with the data.",
+    )
+    header = {
+        "data": str(data),
+        **dataclasses.asdict(settings),
+        "placeto_config": to_dict(make_config("tiny", list(settings.placeto))),
+    }
+    return recorder.finish(header, [settings.seed], NOTES)
+
+
+def _placeto_benches(cases: list[Case], settings: Settings) -> dict[str, tuple[PlacetoBench, int]]:
+    """One PlacetoBench per cluster (one compile each); file -> (bench, index)."""
+    by_cluster: dict[tuple[int, float], list[Case]] = {}
+    for case in cases:
+        kind = (case.cluster.n_devices, float(case.cluster.memory_array[0]))
+        by_cluster.setdefault(kind, []).append(case)
+    found = {}
+    for (n_devices, _), group in by_cluster.items():
+        config = make_config("tiny", list(settings.placeto), n_devices=n_devices)
+        config = dataclasses.replace(config, seed=settings.seed)
+        cluster = group[0].cluster
+        graphs = [prepare(c.file, c.graph, config.run.group_target, cluster.delta1) for c in group]
+        bench = PlacetoBench(config, graphs, cluster)
+        found.update({c.file: (bench, i) for i, c in enumerate(group)})
+    return found
+
+
+NOTES = """
+The benchmark graphs (Tarnawski et al., NeurIPS 2020) are read from the data folder given with
+`--data`; nothing is copied into the repository. Placeto is trained on each graph from scratch
+(coarsened to `run.group_target` groups); the RNN placer and the hierarchical planner are
+trained per graph with the budget above.
+"""

@@ -1,0 +1,230 @@
+"""What every experiment writes under `results/<experiment>/`: a provenance header (git commit,
+config, seeds, hardware, library versions, wall time), Markdown tables, CSV and JSON, and PNG
+plots. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib.metadata
+import io
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from placeto_jax.files import atomic_write
+
+LIBRARIES = ("jax", "jaxlib", "flax", "optax", "jraph", "chex", "numpy", "scipy", "pymetis")
+
+
+def git_commit() -> dict[str, Any]:
+    """{"commit": sha or None, "modified": [files changed since it]} of the source checkout."""
+    root = Path(__file__).resolve().parents[3]
+
+    def run(*argv: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *argv], cwd=root, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    status = run("status", "--porcelain", "--untracked-files=no") or ""
+    return {"commit": run("rev-parse", "HEAD"), "modified": status.splitlines()}
+
+
+def hardware() -> dict[str, Any]:
+    """CPU model and count, and the JAX backend with its devices."""
+    import jax
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
+            )
+    except OSError:
+        pass
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "jax_backend": jax.default_backend(),
+        "jax_devices": [str(d.device_kind) for d in jax.devices()],
+    }
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of the libraries results depend on (None: not installed)."""
+    found = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """Provenance of one experiment run."""
+
+    experiment: str
+    preset: str  # "quick" or "full"
+    config: Mapping[str, Any]  # the experiment's resolved settings
+    seeds: Sequence[int]
+    git: Mapping[str, Any]
+    hardware: Mapping[str, Any]
+    versions: Mapping[str, str | None]
+    started: str  # UTC, ISO 8601
+    wall_s: float  # seconds the whole experiment took
+
+    def markdown(self) -> str:
+        commit = self.git.get("commit") or "unknown"
+        dirty = " (with uncommitted changes)" if self.git.get("modified") else ""
+        libs = ", ".join(f"{k} {v}" for k, v in self.versions.items() if v)
+        hw = self.hardware
+        return "\n".join(
+            [
+                f"- experiment: `{self.experiment}`, preset `{self.preset}`",
+                f"- git commit: `{commit}`{dirty}",
+                f"- started {self.started}, wall time {self.wall_s:.0f} s",
+                f"- hardware: {hw['cpu']} x {hw['cpu_count']}, JAX backend {hw['jax_backend']} "
+                f"({', '.join(hw['jax_devices'])})",
+                f"- seeds: {', '.join(map(str, self.seeds))}",
+                f"- libraries: {libs}",
+                f"- config: `{json.dumps(self.config, sort_keys=True, default=str)}`",
+            ]
+        )
+
+
+class Recorder:
+    """Collects an experiment's outputs in `root/<experiment>/` and stamps them with a Header."""
+
+    def __init__(self, root: str | os.PathLike, experiment: str, preset: str):
+        self.directory = Path(root) / experiment
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.experiment = experiment
+        self.preset = preset
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._clock = time.perf_counter()
+        self.sections: list[str] = []
+
+    def header(self, config: Mapping[str, Any], seeds: Sequence[int]) -> Header:
+        return Header(
+            experiment=self.experiment,
+            preset=self.preset,
+            config=dict(config),
+            seeds=list(seeds),
+            git=git_commit(),
+            hardware=hardware(),
+            versions=versions(),
+            started=self.started,
+            wall_s=time.perf_counter() - self._clock,
+        )
+
+    def table(
+        self, name: str, title: str, rows: Sequence[Mapping[str, Any]], note: str = ""
+    ) -> str:
+        """Write `name.csv` and `name.json` (rows as given) and keep a Markdown section for the
+        report; returns the Markdown table."""
+        columns = list(rows[0]) if rows else []
+        write_text(self.directory / f"{name}.csv", to_csv(rows, columns))
+        write_text(self.directory / f"{name}.json", json.dumps(rows, indent=1, default=_plain))
+        table = markdown_table(rows, columns)
+        self.sections.append(f"## {title}\n\n{note + chr(10) * 2 if note else ''}{table}\n")
+        return table
+
+    def figure(self, name: str, title: str, draw) -> Path:
+        """Render `draw(figure)` to `name.png` and reference it in the report."""
+        path = self.directory / f"{name}.png"
+        save_figure(path, draw)
+        self.sections.append(f"## {title}\n\n![{title}]({path.name})\n")
+        return path
+
+    def finish(self, config: Mapping[str, Any], seeds: Sequence[int], notes: str = "") -> Path:
+        """Write `README.md` (header, notes, every section) and `header.json`; return the
+        README's path."""
+        header = self.header(config, seeds)
+        write_text(
+            self.directory / "header.json",
+            json.dumps(dataclasses.asdict(header), indent=1, default=_plain),
+        )
+        parts = [f"# {self.experiment} ({self.preset})\n", header.markdown() + "\n"]
+        if notes:
+            parts.append(notes.strip() + "\n")
+        path = self.directory / "README.md"
+        write_text(path, "\n".join(parts + self.sections))
+        return path
+
+
+def write_text(path: Path, text: str) -> None:
+    with atomic_write(path) as f:
+        f.write(text.encode())
+
+
+def save_figure(path: Path, draw) -> None:
+    """Render `draw(figure)` with the Agg canvas and write the PNG atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4.5), dpi=110)
+    FigureCanvasAgg(figure)
+    draw(figure)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    with atomic_write(path) as f:
+        f.write(buffer.getvalue())
+
+
+def cell(value: Any) -> str:
+    """One Markdown/CSV cell: floats with 4 significant digits, None as an empty cell."""
+    if value is None:
+        return ""
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, float | np.floating):
+        if not np.isfinite(value):
+            return str(float(value))
+        return f"{float(value):.4g}"
+    return str(value)
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    if not rows:
+        return "(no rows)"
+    lines = [
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
+    ]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if row.get(c) is None else _plain(row.get(c)) for c in columns])
+    return buffer.getvalue()
+
+
+def _plain(value: Any) -> Any:
+    """JSON-able Python scalars and lists from NumPy values."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

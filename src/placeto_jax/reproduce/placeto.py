@@ -1,0 +1,138 @@
+"""Placeto trained on one graph at a time, in memory, with a learning curve: the experiments'
+way to train many short runs without a compile per graph.
+
+All graphs of a `PlacetoBench` are padded into one bank, so training on any one of them (its
+slice of the bank) runs the same compiled programs: one compile per config, not per graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import Config
+from placeto_jax.env.bank import PlacementGraph, build_bank
+from placeto_jax.env.core import EnvParams
+from placeto_jax.placers.search import penalised
+from placeto_jax.rl.evaluate import Placement, greedy, rank_visited
+from placeto_jax.rl.train import Hyper, Trainer
+
+
+@dataclasses.dataclass(frozen=True)
+class Curve:
+    """Best placement found so far against training cost, one point per evaluation."""
+
+    evaluations: np.ndarray  # [K] int64 simulator calls spent on training so far
+    wall_s: np.ndarray  # [K] float64 s since training started (compilation included)
+    makespan: np.ndarray  # [K] float64 µs, best exact makespan found so far (running minimum)
+
+    def to_reach(self, tolerance: float = 0.05) -> tuple[int, float]:
+        """(evaluations, wall s) at the first point within `tolerance` of the final makespan."""
+        goal = self.makespan[-1] * (1.0 + tolerance)
+        first = int(np.argmax(self.makespan <= goal))
+        return int(self.evaluations[first]), float(self.wall_s[first])
+
+    @staticmethod
+    def of(evaluations, wall_s, makespan) -> Curve:
+        return Curve(
+            np.asarray(evaluations, np.int64),
+            np.asarray(wall_s, np.float64),
+            np.minimum.accumulate(np.asarray(makespan, np.float64)),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """A Placeto run on one graph."""
+
+    params: Any  # policy parameters after training
+    placement: Placement  # greedy placement of the final policy, exact op-graph makespan
+    best: Placement  # best placement seen at any evaluation (what the curve ends at)
+    curve: Curve
+
+
+class PlacetoBench:
+    """Compiled Placeto programs (init, a chunk of updates, greedy episode) shared by `graphs`."""
+
+    def __init__(self, config: Config, graphs: list[PlacementGraph], cluster: Cluster):
+        with jax.enable_x64(False):
+            bank = build_bank(graphs, config.run.buckets)
+            whole = Trainer.create(config, bank, cluster.broadcast)
+            self.env_params = whole.env.params(bank, cluster)
+        self.config = config
+        self.graphs = graphs
+        self.cluster = cluster
+        self.trainer = dataclasses.replace(whole, n_graphs=1)
+        self.hyper = Hyper.of(config)
+        self._init = jax.jit(self.trainer.init)
+        self._updates = jax.jit(self.trainer.updates, static_argnums=3)
+        self._greedy = jax.jit(lambda p, e: greedy(self.trainer, p, e))
+
+    def index(self, name: str) -> int:
+        names = [pg.name for pg in self.graphs]
+        if name not in names:
+            raise ValueError(f"graph {name!r} is not in this bench ({', '.join(names)})")
+        return names.index(name)
+
+    def graph_params(self, i: int) -> EnvParams:
+        """The environment restricted to graph `i` (same shapes for every graph)."""
+        return dataclasses.replace(
+            self.env_params, bank=jax.tree.map(lambda x: x[i : i + 1], self.env_params.bank)
+        )
+
+    def place(self, params: Any, i: int) -> Placement:
+        """Greedy episode on graph `i`, ranked on the op graph (as `placeto-jax place` does)."""
+        with jax.enable_x64(False):
+            out = jax.device_get(self._greedy(params, self.graph_params(i)))
+        pg = self.graphs[i]
+        steps = self.config.env.passes * pg.graph.n_ops + 1
+        return rank_visited(pg, self.cluster, np.asarray(out["visited"][:steps, 0]))
+
+    def fit(
+        self,
+        i: int,
+        key: jax.Array,
+        eval_every: int | None = None,
+        init_params: Any = None,
+    ) -> Fit:
+        """Train on graph `i` for `config.train.iterations` updates from fresh parameters (or
+        `init_params`, with a fresh optimizer: fine-tuning); evaluate greedily every
+        `eval_every` updates (default `config.run.eval_every`)."""
+        eval_every = eval_every or self.config.run.eval_every
+        total = self.config.train.iterations
+        env_params = self.graph_params(i)
+        n = self.graphs[i].graph.n_ops
+        per_update = self.config.train.episodes * (self.config.env.passes * n + 1)
+        began = time.perf_counter()
+        with jax.enable_x64(False):
+            state = self._init(key, env_params)
+            if init_params is not None:
+                state = dataclasses.replace(
+                    state,
+                    params=init_params,
+                    opt_state=self.trainer.optimizer.init(init_params),
+                )
+        points = [(0, time.perf_counter() - began, self.place(state.params, i))]
+        done = 0
+        while done < total:
+            count = min(eval_every, total - done)
+            with jax.enable_x64(False):
+                state, _ = self._updates(state, env_params, self.hyper, count)
+            done += count
+            points.append(
+                (done * per_update, time.perf_counter() - began, self.place(state.params, i))
+            )
+        placements = [p for _, _, p in points]
+        scores = [self.score(p) for p in placements]
+        best = placements[int(np.argmin(scores))]
+        curve = Curve.of([e for e, _, _ in points], [w for _, w, _ in points], scores)
+        return Fit(state.params, placements[-1], best, curve)
+
+    def score(self, placement: Placement) -> float:
+        """µs: the makespan plus the search baselines' memory penalty (`search.penalised`)."""
+        return float(penalised([placement.makespan], placement.peak_memory[None], self.cluster)[0])

@@ -1,0 +1,217 @@
+"""Experiment plumbing: output files and provenance, learning curves, relative makespans, the
+benchmark folder reader, Placeto trained per graph without recompiling, the `reproduce` CLI, and
+(slow) each experiment end to end on tiny settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from placeto_jax import Graph
+from placeto_jax.cli import main
+from placeto_jax.config import make_config
+from placeto_jax.env import prepare
+from placeto_jax.reproduce import benchmarks, generalization, table1
+from placeto_jax.reproduce.output import Recorder, cell, markdown_table, to_csv
+from placeto_jax.reproduce.placeto import Curve, PlacetoBench
+from placeto_jax.rl.loop import cluster_of
+
+pytestmark = pytest.mark.usefixtures("float32")
+
+TWO_CHAINS = Graph.from_edges([100.0] * 6, [1e3] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
+CHAIN = Graph.from_edges([50.0] * 4, [1e3] * 4, [(0, 1), (1, 2), (2, 3)])
+
+
+# ---------------------------------------------------------------------- output
+def test_cells_tables_and_csv():
+    assert [cell(None), cell(True), cell(1234.5678), cell(3), cell(float("inf"))] == [
+        "",
+        "yes",
+        "1235",
+        "3",
+        "inf",
+    ]
+    rows = [{"graph": "a", "ms": 1.0}, {"graph": "b", "ms": None}]
+    assert markdown_table(rows, ["graph", "ms"]).splitlines() == [
+        "| graph | ms |",
+        "|---|---|",
+        "| a | 1 |",
+        "| b |  |",
+    ]
+    assert to_csv(rows, ["graph", "ms"]) == "graph,ms\na,1.0\nb,\n"
+
+
+def test_recorder_writes_tables_plots_and_a_provenance_header(tmp_path):
+    recorder = Recorder(tmp_path, "demo", "quick")
+    recorder.table("t", "A table", [{"x": np.int64(1), "y": np.float32(0.5)}], note="why")
+    recorder.figure("p", "A plot", lambda fig: fig.add_subplot().plot([0, 1], [1, 0]))
+    readme = recorder.finish({"lr": 0.1}, [0, 1], notes="Notes here.")
+    out = tmp_path / "demo"
+    assert readme == out / "README.md"
+    text = readme.read_text()
+    assert "# demo (quick)" in text and "Notes here." in text and "![A plot](p.png)" in text
+    assert "| 1 | 0.5 |" in text and "why" in text
+    header = json.loads((out / "header.json").read_text())
+    assert header["seeds"] == [0, 1] and header["config"] == {"lr": 0.1}
+    assert set(header["versions"]) >= {"jax", "flax", "optax", "numpy"}
+    assert header["hardware"]["jax_backend"] == "cpu" and header["wall_s"] >= 0
+    assert json.loads((out / "t.json").read_text()) == [{"x": 1, "y": 0.5}]
+    assert (out / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+# ---------------------------------------------------------------------- curves
+def test_curve_keeps_the_best_so_far_and_finds_the_first_point_within_tolerance():
+    curve = Curve.of([0, 10, 20, 30], [0.0, 1.0, 2.0, 3.0], [100.0, 120.0, 104.0, 100.0])
+    np.testing.assert_array_equal(curve.makespan, [100.0, 100.0, 100.0, 100.0])
+    assert curve.to_reach() == (0, 0.0)
+    curve = Curve.of([0, 10, 20, 30], [0.0, 1.0, 2.0, 3.0], [200.0, 150.0, 104.0, 100.0])
+    assert curve.to_reach(0.05) == (20, 2.0)  # 104 <= 1.05 * 100, 150 is not
+    assert curve.to_reach(0.0) == (30, 3.0)
+
+
+def test_relative_makespans_divide_by_the_best_baseline_of_each_graph():
+    rows = [
+        {"family": "f", "graph": "g", "zero-shot": 90.0, "from-scratch": 100.0,
+         "fine-tuned": 80.0, "single": 200.0, "heft": 100.0},
+    ]  # fmt: skip
+    (out,) = generalization.relative_to_best_baseline(rows, ("single", "heft"))
+    assert out == {
+        "family": "f",
+        "graph": "g",
+        "zero-shot": 0.9,
+        "from-scratch": 1.0,
+        "fine-tuned": 0.8,
+        "single": 2.0,
+        "heft": 1.0,
+    }
+
+
+# ---------------------------------------------------------------------- benchmark folder
+def _layer_file(path, fpgas: int, memory: float) -> None:
+    nodes = [
+        {"id": i, "supportedOnFpga": 1, "cpuLatency": 1.0, "fpgaLatency": 0.1 * (i + 1),
+         "isBackwardNode": False, "size": 1e6, "name": f"layer{i}"}
+        for i in range(5)
+    ]  # fmt: skip
+    edges = [{"sourceId": a, "destId": b, "cost": 0.0, "size": 1e5} for a, b in
+             [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4)]]  # fmt: skip
+    doc = {"maxSizePerFPGA": memory, "maxFPGAs": fpgas, "maxCPUs": 1, "nodes": nodes,
+           "edges": edges}  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+
+
+def _data_folder(root):
+    _layer_file(root / "latency" / "LayerGraphs" / "tiny_inference.json", 2, 1e9)
+    _layer_file(root / "throughput" / "LayerGraphs" / "tiny_training.json", 3, 2e9)
+    _layer_file(root / "throughput" / "OperatorGraphs" / "ops_inference.json", 2, 1e9)
+    experts = root / "human-experts"
+    experts.mkdir()
+    split = {"fpgas": [{"nodes": [0, 1, 2]}, {"nodes": [3, 4]}]}
+    (experts / "tiny_inference_expert.json").write_text(json.dumps(split))
+    return root
+
+
+def test_layer_graphs_take_hardware_and_expert_splits_from_the_files(tmp_path):
+    cases = benchmarks.layer_graphs(_data_folder(tmp_path))
+    assert [c.file for c in cases] == [
+        "latency/LayerGraphs/tiny_inference.json",
+        "throughput/LayerGraphs/tiny_training.json",
+    ]  # operator graphs and expert files are not layer graphs
+    assert [c.cluster.n_devices for c in cases] == [2, 3]
+    assert [float(c.cluster.memory_array[0]) for c in cases] == [1e9, 2e9]
+    np.testing.assert_array_equal(cases[0].expert, [0, 0, 0, 1, 1])
+    # the training graph has no split of its own and uses its inference split's rule
+    assert [c.expert_source for c in cases] == ["own", "inference"]
+
+
+def test_a_folder_without_layer_graphs_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="no layer graphs"):
+        benchmarks.layer_graphs(tmp_path)
+    with pytest.raises(ValueError, match="does not exist"):
+        benchmarks.layer_graphs(tmp_path / "missing")
+
+
+# ---------------------------------------------------------------------- Placeto per graph
+def test_placeto_trains_each_graph_of_a_bench_with_one_compiled_program():
+    config = make_config(
+        None,
+        ["train.iterations=2", "train.episodes=4", "policy.rounds=1", "run.eval_every=1"],
+        n_devices=2,
+    )
+    cluster = cluster_of(config)
+    bench = PlacetoBench(config, [prepare("two", TWO_CHAINS), prepare("chain", CHAIN)], cluster)
+    fits = [bench.fit(i, jax.random.key(0)) for i in range(2)]
+    assert bench._updates._cache_size() == 1  # one compile for both graphs
+    for fit, graph in zip(fits, (TWO_CHAINS, CHAIN), strict=True):
+        assert fit.best.placement.shape == (graph.n_ops,)
+        assert fit.curve.makespan[-1] == pytest.approx(bench.score(fit.best))
+        assert np.all(np.diff(fit.curve.makespan) <= 0)
+    # evaluations: episodes x (one simulation per step + one at reset) per update
+    np.testing.assert_array_equal(fits[0].curve.evaluations, [0, 28, 56])  # 4 x (6 + 1)
+    np.testing.assert_array_equal(fits[1].curve.evaluations, [0, 20, 40])  # 4 x (4 + 1)
+    with pytest.raises(ValueError, match="not in this bench"):
+        bench.index("nope")
+
+
+# ---------------------------------------------------------------------- CLI
+def test_reproduce_benchmarks_without_data_is_a_usage_error(capsys, tmp_path):
+    assert main(["reproduce", "benchmarks", "--out", str(tmp_path)]) == 2
+    assert "needs --data DIR" in capsys.readouterr().err
+    assert main(["reproduce", "all", "--data", str(tmp_path / "no")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+# ---------------------------------------------------------------------- end to end (slow)
+TINY_PLACETO = (
+    "train.iterations=2",
+    "train.episodes=4",
+    "run.eval_every=1",
+    "policy.rounds=1",
+    "run.group_target=8",
+)
+
+
+@pytest.mark.slow
+def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
+    settings = dataclasses.replace(
+        table1.PRESETS["quick"],
+        graphs=("layered:12", "layered:16:1"),
+        devices=(2,),
+        search_budget=64,
+        learned_budget=64,
+        placeto=TINY_PLACETO,
+    )
+    monkeypatch.setitem(table1.PRESETS, "quick", settings)
+    readme = table1.run_table1(tmp_path, "quick", progress=False)
+    rows = json.loads((tmp_path / "table1" / "makespan.json").read_text())
+    assert [(r["graph"], r["devices"]) for r in rows] == [("layered:12", 2), ("layered:16:1", 2)]
+    for row in rows:
+        assert all(0 < row[m] < np.inf for m in table1.BASELINES + table1.LEARNED)
+    cost = json.loads((tmp_path / "table1" / "training_cost.json").read_text())
+    assert {r["method"] for r in cost} == set(table1.LEARNED)
+    assert all(0 <= r["evaluations_to_5pct"] <= r["evaluations"] for r in cost)
+    assert "## Training cost of the learned methods" in readme.read_text()
+    assert (tmp_path / "table1" / "curve_layered_12_d2.png").is_file()
+
+
+@pytest.mark.slow
+def test_benchmarks_end_to_end_on_a_tiny_folder(tmp_path, monkeypatch):
+    settings = dataclasses.replace(
+        benchmarks.PRESETS["quick"], search_budget=64, learned_budget=64, placeto=TINY_PLACETO
+    )
+    monkeypatch.setitem(benchmarks.PRESETS, "quick", settings)
+    data = _data_folder(tmp_path / "data")
+    benchmarks.run_benchmarks(tmp_path / "out", data, "quick", progress=False)
+    rows = json.loads((tmp_path / "out" / "benchmarks" / "makespan.json").read_text())
+    assert len(rows) == 2 and rows[0]["expert (file)"] > 0 and rows[1]["accelerators"] == 3
+    for row in rows:
+        assert row["best"] in row and row[row["best"]] == min(
+            v for k, v in row.items() if k not in ("file", "nodes", "accelerators", "best") and v
+        )
