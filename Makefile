@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow lint bench bench-train clean
+.PHONY: install run test test-slow lint bench bench-train bench-gpu reproduce-quick reproduce clean
 
 install: $(STAMP)
 
@@ -35,6 +35,19 @@ bench: install  ## simulator throughput vs the Python reference; writes results/
 
 bench-train: install  ## trainer throughput; writes results/bench/training.json
 	cd experiments && ../$(PY) bench_training.py
+
+bench-gpu: install  ## simulator and trainer throughput on the accelerator (CPU: small sizes); writes results/bench/gpu.json
+	$(PY) experiments/bench_gpu.py
+
+BENCHMARK_DATA ?= ../shared/benchmarks/msr-fiddle
+
+reproduce-quick: install  ## every paper experiment with CPU-sized budgets -> results/<experiment>/
+	$(VENV)/bin/placeto-jax reproduce all --quick --data $(BENCHMARK_DATA)
+	$(VENV)/bin/placeto-jax sweep --quick --graphs family:nmt/0 --devices 4 --set lr=3e-3,1e-2 --set entropy=0.01,0.03 --seeds 2
+
+reproduce: install  ## every paper experiment at paper scale (meant for a GPU)
+	$(VENV)/bin/placeto-jax reproduce all --full --data $(BENCHMARK_DATA)
+	$(VENV)/bin/placeto-jax sweep --preset paper --graphs family:nmt/0 --devices 4 --set lr=3e-4,1e-3,3e-3 --set entropy=0.01,0.03,0.1 --seeds 8
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

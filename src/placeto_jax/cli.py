@@ -38,6 +38,7 @@ from placeto_jax.graphs.stats import GraphStats, graph_stats
 from placeto_jax.placers import PLACERS, random_batch
 from placeto_jax.plotting import gantt
 from placeto_jax.report import PlacementReport, format_table, summarize
+from placeto_jax.reproduce.sweep import add_sweep_command
 
 PROG = "placeto-jax"
 PLOT_EDGES_MAX_OPS = 2000  # larger graphs are drawn without edges
@@ -77,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_graphs(commands)
     add_agent_commands(commands)
     add_reproduce_command(commands)
+    add_sweep_command(commands)
     return parser
 
 
