@@ -16,7 +16,7 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers import expert, listsched, partition, search
+from placeto_jax.placers import expert, hierarchical, listsched, partition, rnn, search
 from placeto_jax.placers.base import Method, PlacerResult, Solution, Solver
 from placeto_jax.placers.simple import colocate, random, random_batch, round_robin, single
 from placeto_jax.placers.timeline import Schedule
@@ -115,6 +115,16 @@ METHODS: dict[str, Method] = {
             "cross-entropy",
             "cross-entropy method over per-op device distributions",
             search.cross_entropy,
+        ),
+        Method(
+            "rnn",
+            "RNN placer (ICML 2017): seq2seq LSTM over ops, REINFORCE",
+            rnn.rnn,
+        ),
+        Method(
+            "hierarchical",
+            "hierarchical planner (ICLR 2018): MLP grouper + seq2seq, REINFORCE",
+            hierarchical.hierarchical,
         ),
     )
 }
