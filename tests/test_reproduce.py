@@ -215,3 +215,26 @@ def test_benchmarks_end_to_end_on_a_tiny_folder(tmp_path, monkeypatch):
         assert row["best"] in row and row[row["best"]] == min(
             v for k, v in row.items() if k not in ("file", "nodes", "accelerators", "best") and v
         )
+
+
+@pytest.mark.slow
+def test_generalization_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
+    settings = dataclasses.replace(
+        generalization.PRESETS["quick"],
+        families=("cifar10",),
+        test_graphs=2,
+        family_training=TINY_PLACETO,
+        per_graph_iterations=2,
+        baselines=("single", "heft"),
+    )
+    monkeypatch.setitem(generalization.PRESETS, "quick", settings)
+    generalization.run_generalization(tmp_path, "quick", progress=False)
+    out = tmp_path / "generalization"
+    rows = json.loads((out / "makespan.json").read_text())
+    assert [r["graph"] for r in rows] == ["family:cifar10/24", "family:cifar10/25"]
+    relative = json.loads((out / "relative.json").read_text())
+    for row, rel in zip(rows, relative, strict=True):
+        best = min(row["single"], row["heft"])
+        assert rel["zero-shot"] == pytest.approx(row["zero-shot"] / best)
+        assert min(rel["single"], rel["heft"]) == pytest.approx(1.0)
+    assert (out / "cdf.png").is_file() and (out / "runs" / "cifar10-d4-quick").is_dir()

@@ -179,9 +179,9 @@ def _draw_cdf(figure, relative: list[dict], settings: Settings) -> None:
         shown = [*PLACETO, *(m for m in ("metis", "heft", "single") if m in settings.baselines)]
         for method in shown if mine else []:
             values = np.sort([r[method] for r in mine])
-            axes.step(
-                values, np.arange(1, len(values) + 1) / len(values), where="post", label=method
-            )
+            fraction = np.arange(len(values) + 1) / len(values)
+            axes.step(np.r_[values[0], values], fraction, where="post", label=method)
+        axes.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
         axes.set_title(family)
         axes.set_xlabel("makespan / best baseline")
         if k == 1:

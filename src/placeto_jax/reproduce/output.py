@@ -103,7 +103,14 @@ class Header:
                 f"({', '.join(hw['jax_devices'])})",
                 f"- seeds: {', '.join(map(str, self.seeds))}",
                 f"- libraries: {libs}",
-                f"- config: `{json.dumps(self.config, sort_keys=True, default=str)}`",
+                "",
+                "<details><summary>config (also in header.json)</summary>",
+                "",
+                "```json",
+                json.dumps(self.config, indent=1, sort_keys=True, default=str),
+                "```",
+                "",
+                "</details>",
             ]
         )
 
