@@ -21,12 +21,13 @@ from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import METHODS
 from placeto_jax.placers.hierarchical import HierarchicalPolicy, train_hierarchical
 from placeto_jax.placers.rnn import RnnPolicy, train_rnn
-from placeto_jax.placers.seq2seq import score_batch
+from placeto_jax.placers.seq2seq import Training, score_batch
 
 SINGLE = 12 * 1000 + 11 * 5.7  # µs, see the module docstring
 SPLIT = 6 * 1000 + 5 * 5.7
 BATCH = 16
 BUDGET = 512  # 32 updates of 16 placements
+TRAINING = Training(learning_rate=1e-2)
 
 
 def _chains(n_chains: int, length: int, out_bytes: float, colocation=None) -> Graph:
@@ -45,10 +46,12 @@ CLUSTER = Cluster.preset("placeto-k80", 2)
 
 
 def _train(method: str, graph: Graph, seed: int = 0, budget: int = BUDGET):
+    """Small policies (width 32, batches of 16) and a learning rate of 1e-2 for tiny graphs."""
+    key = jax.random.key(seed)
     if method == "rnn":
-        return train_rnn(graph, CLUSTER, jax.random.key(seed), budget, RnnPolicy(2, 32, BATCH))
+        return train_rnn(graph, CLUSTER, key, budget, RnnPolicy(2, 32, BATCH), TRAINING)
     policy = HierarchicalPolicy(2, graph.n_ops, 32, BATCH)
-    return train_hierarchical(graph, CLUSTER, jax.random.key(seed), budget, policy)
+    return train_hierarchical(graph, CLUSTER, key, budget, policy, TRAINING)
 
 
 @pytest.fixture(scope="module", params=["rnn", "hierarchical"])

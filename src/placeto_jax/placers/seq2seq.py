@@ -189,7 +189,7 @@ class Policy(Protocol):
 class Training:
     """REINFORCE hyperparameters shared by the learned placers."""
 
-    learning_rate: float = 1e-2  # Adam, decayed linearly to learning_rate * final_fraction
+    learning_rate: float = 3e-3  # Adam, decayed linearly to learning_rate * final_fraction
     final_fraction: float = 0.1
     grad_clip: float = 1.0  # global norm
     baseline_decay: float = 0.9  # EMA of batch-mean rewards
