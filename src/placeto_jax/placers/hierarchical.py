@@ -25,34 +25,41 @@ from placeto_jax.placers.seq2seq import (
     Training,
     decode_log_prob,
     decode_sample,
-    op_features,
+    padded_features,
     reinforce,
+    sequence_length,
 )
 from placeto_jax.placers.simple import colocate
 from placeto_jax.sim.padded import bucket
 
-MAX_GROUPS = 64  # default G = min(MAX_GROUPS, N)
+N_GROUPS = 64  # default G (fixed, so that graphs of similar size share one compiled policy)
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class HierInputs:
-    """One graph as the hierarchical planner sees it (op index order)."""
+    """One graph as the hierarchical planner sees it (op index order), padded to L
+    (`seq2seq.sequence_length`) ops; padding ops belong to no group."""
 
-    features: jax.Array  # [N, F] float32 op features
-    leader: jax.Array  # [N] int32 op whose group each op takes (itself: sampled)
+    features: jax.Array  # [L, F] float32 op features
+    leader: jax.Array  # [L] int32 op whose group each op takes (itself: sampled)
+    real_op: jax.Array  # [L] float32 1 for an op of the graph, 0 for padding
     edges: jax.Array  # [E', 2] int32 (producer, consumer), padded to a power of two
-    real: jax.Array  # [E'] float32 1 for a real edge, 0 for padding
+    real_edge: jax.Array  # [E'] float32 1 for an edge of the graph, 0 for padding
 
     @classmethod
     def of(cls, graph: Graph) -> HierInputs:
+        n, length = graph.n_ops, sequence_length(graph.n_ops)
+        leader = np.arange(length)
+        leader[:n] = colocate(graph, np.arange(n))
         edges = np.zeros((bucket(graph.n_edges), 2), np.int32)
         edges[: graph.n_edges] = graph.edges
         return cls(
-            features=jnp.asarray(op_features(graph)),
-            leader=jnp.asarray(colocate(graph, np.arange(graph.n_ops)), jnp.int32),
+            features=jnp.asarray(padded_features(graph, np.arange(n))),
+            leader=jnp.asarray(leader, jnp.int32),
+            real_op=jnp.asarray(np.arange(length) < n, F32),
             edges=jnp.asarray(edges),
-            real=jnp.asarray(np.arange(edges.shape[0]) < graph.n_edges, F32),
+            real_edge=jnp.asarray(np.arange(edges.shape[0]) < graph.n_edges, F32),
         )
 
 
@@ -70,27 +77,25 @@ class Grouper(nn.Module):
 
 
 def group_features(groups: jax.Array, inputs: HierInputs, n_groups: int) -> jax.Array:
-    """[B, G, F + 1 + 2G] per sampled grouping groups [B, N]: the mean of the members' op
+    """[B, G, F + 1 + 2G] per sampled grouping groups [B, L]: the mean of the members' op
     features, log group size, log edge counts to and from every group (log1p, divided by
     log1p of N or of the edge count)."""
-    member = jax.nn.one_hot(groups, n_groups, dtype=F32)  # [B, N, G]
+    member = jax.nn.one_hot(groups, n_groups, dtype=F32) * inputs.real_op[:, None]  # [B, L, G]
     size = member.sum(axis=1)  # [B, G]
     mean = jnp.einsum("bng,nf->bgf", member, inputs.features) / jnp.maximum(size, 1.0)[..., None]
-    n_ops = inputs.features.shape[0]
-    links = jnp.einsum(
-        "beg,e,beh->bgh", member[:, inputs.edges[:, 0]], inputs.real, member[:, inputs.edges[:, 1]]
-    )  # [B, G, G] edges from group g to group h
-    links = jnp.log1p(links) / jnp.log1p(jnp.maximum(inputs.real.sum(), 1.0))
-    sizes = jnp.log1p(size)[..., None] / np.log1p(n_ops)
+    src, dst = member[:, inputs.edges[:, 0]], member[:, inputs.edges[:, 1]]
+    links = jnp.einsum("beg,e,beh->bgh", src, inputs.real_edge, dst)  # [B, G, G] g -> h edges
+    links = jnp.log1p(links) / jnp.log1p(jnp.maximum(inputs.real_edge.sum(), 1.0))
+    sizes = jnp.log1p(size)[..., None] / jnp.log1p(inputs.real_op.sum())
     return jnp.concatenate([mean, sizes, links, jnp.swapaxes(links, 1, 2)], axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
 class HierarchicalPolicy:
-    """Grouper + seq2seq placer; the actions are (groups [B, N], devices per group [B, G])."""
+    """Grouper + seq2seq placer; the actions are (groups [B, L], devices per group [B, G])."""
 
     n_devices: int
-    n_groups: int  # G
+    n_groups: int = N_GROUPS  # G
     hidden: int = 64  # MLP and LSTM width
     batch: int = 64  # placements sampled per update
 
@@ -111,11 +116,11 @@ class HierarchicalPolicy:
         }
 
     def sample(self, params, inputs: HierInputs, key: jax.Array):
-        """(placements [B, N], (groups [B, N], devices [B, G]))."""
+        """(placements [B, L], (groups [B, L], devices [B, G]))."""
         k_group, k_place = jax.random.split(key)
         logits = self.grouper.apply(params["grouper"], inputs.features)
-        n_ops = logits.shape[0]
-        groups = jax.random.categorical(k_group, logits, shape=(self.batch, n_ops))
+        length = logits.shape[0]
+        groups = jax.random.categorical(k_group, logits, shape=(self.batch, length))
         groups = groups[:, inputs.leader].astype(jnp.int32)
         x = group_features(groups, inputs, self.n_groups)
         free = jnp.arange(self.n_groups, dtype=jnp.int32)
@@ -126,13 +131,14 @@ class HierarchicalPolicy:
         """[B] log-probability of the sampled groups (co-located followers excluded) plus that
         of the devices of the non-empty groups."""
         groups, devices = actions
-        n_ops = groups.shape[1]
+        length = groups.shape[1]
         logp = jax.nn.log_softmax(self.grouper.apply(params["grouper"], inputs.features))
-        own = inputs.leader == jnp.arange(n_ops)
-        group_lp = jnp.sum(logp[jnp.arange(n_ops), groups] * own, axis=1)
+        own = (inputs.leader == jnp.arange(length)) * inputs.real_op
+        group_lp = jnp.sum(logp[jnp.arange(length), groups] * own, axis=1)
         x = group_features(groups, inputs, self.n_groups)
         rows = jnp.arange(groups.shape[0])[:, None]
-        used = jnp.zeros(devices.shape, F32).at[rows, groups].max(1.0)
+        real = jnp.broadcast_to(inputs.real_op, groups.shape)
+        used = jnp.zeros(devices.shape, F32).at[rows, groups].max(real)
         return group_lp + decode_log_prob(self.placer, params["placer"], x, devices, used)
 
 
@@ -146,9 +152,7 @@ def train_hierarchical(
 ) -> tuple[Solution, Curve]:
     """Train the hierarchical planner on `graph` for `budget` simulator evaluations (default
     4,096): the best placement seen and the learning curve."""
-    policy = policy or HierarchicalPolicy(
-        cluster.n_devices, min(MAX_GROUPS, graph.n_ops), batch=min(64, budget or 64)
-    )
+    policy = policy or HierarchicalPolicy(cluster.n_devices, batch=min(64, budget or 64))
     inputs = HierInputs.of(graph)
     return reinforce(graph, cluster, key, budget, policy, inputs, training or Training())
 

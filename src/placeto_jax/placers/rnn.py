@@ -23,8 +23,9 @@ from placeto_jax.placers.seq2seq import (
     Training,
     decode_log_prob,
     decode_sample,
-    op_features,
+    padded_features,
     reinforce,
+    sequence_length,
 )
 from placeto_jax.placers.simple import colocate
 
@@ -32,27 +33,31 @@ from placeto_jax.placers.simple import colocate
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class RnnInputs:
-    """One graph as the RNN placer sees it, in topological positions."""
+    """One graph as the RNN placer sees it, in topological positions, padded to L
+    (`seq2seq.sequence_length`) positions; the padding comes last and is never sampled."""
 
-    features: jax.Array  # [1, N, F] float32 op features by topological position
-    order: jax.Array  # [N] int32 op at each position
-    leader: jax.Array  # [N] int32 position whose device each position copies (itself: sampled)
+    features: jax.Array  # [1, L, F] float32 op features by topological position
+    order: jax.Array  # [L] int32 op at each position (padding: N, N + 1, ...)
+    leader: jax.Array  # [L] int32 position whose device each position copies (itself: sampled)
 
     @classmethod
     def of(cls, graph: Graph) -> RnnInputs:
-        order = graph.topological_order
-        position = np.empty(graph.n_ops, np.int64)
-        position[order] = np.arange(graph.n_ops)
+        n, length = graph.n_ops, sequence_length(graph.n_ops)
+        order = np.concatenate([graph.topological_order, np.arange(n, length)])
+        position = np.empty(length, np.int64)
+        position[order] = np.arange(length)
+        leader = np.full(length, -1, np.int64)  # -1: a padding position copies, never samples
+        leader[:n] = position[colocate(graph, np.arange(n))[order[:n]]]
         return cls(
-            features=jnp.asarray(op_features(graph)[order][None]),
+            features=jnp.asarray(padded_features(graph, order[:n])[None]),
             order=jnp.asarray(order, jnp.int32),
-            leader=jnp.asarray(position[colocate(graph, np.arange(graph.n_ops))[order]], jnp.int32),
+            leader=jnp.asarray(leader, jnp.int32),
         )
 
 
 @dataclasses.dataclass(frozen=True)
 class RnnPolicy:
-    """Seq2seq over the op sequence; the actions are the devices by position [B, N]."""
+    """Seq2seq over the op sequence; the actions are the devices by position [B, L]."""
 
     n_devices: int
     hidden: int = 64  # LSTM width (the paper: 256)
@@ -66,7 +71,7 @@ class RnnPolicy:
         return self.model.init(key, inputs.features)
 
     def sample(self, params, inputs: RnnInputs, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """(placements [B, N] by op index, devices [B, N] by position)."""
+        """(placements [B, L] by op index, devices [B, L] by position)."""
         devices = decode_sample(self.model, params, inputs.features, inputs.leader, key, self.batch)
         return jnp.zeros_like(devices).at[:, inputs.order].set(devices), devices
 

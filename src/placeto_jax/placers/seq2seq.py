@@ -28,13 +28,27 @@ from placeto_jax.placers.base import Solution
 from placeto_jax.placers.search import DEFAULT_BUDGET, penalised
 from placeto_jax.placers.simple import colocate
 from placeto_jax.sim.api import device_graph, padded, sim_cluster, simulate_batch
+from placeto_jax.sim.padded import bucket
 
+MIN_LENGTH = 64  # sequences are padded to a power of two at least this long
 VOCAB = 32  # op-type buckets: the VOCAB - 1 most frequent types, then one for all others
 NEIGHBOURS = 3  # parent slots and child slots in the adjacency features
 F32 = jnp.float32
 
 
 # ---------------------------------------------------------------------- features
+def sequence_length(n_ops: int) -> int:
+    """L: the padded op count, so that graphs of similar size share one compiled policy."""
+    return bucket(n_ops, MIN_LENGTH)
+
+
+def padded_features(graph: Graph, order: np.ndarray) -> np.ndarray:
+    """[L, F] float32: the op features of ops `order` ([N] ints), zero rows after them."""
+    out = np.zeros((sequence_length(graph.n_ops), VOCAB + 4 + 2 * NEIGHBOURS), np.float32)
+    out[: graph.n_ops] = op_features(graph)[order]
+    return out
+
+
 def op_features(graph: Graph) -> np.ndarray:
     """[N, VOCAB + 4 + 2 NEIGHBOURS] float32 per op (op index order): op-type one-hot; log output
     bytes, log cost, log in- and out-degree, each divided by its max over the graph; the signed
@@ -234,7 +248,7 @@ def reinforce(
     for i, step_key in enumerate(jax.random.split(loop_key, n_updates)):
         placements, actions = _sample(policy, params, inputs, step_key)
         take = min(policy.batch, budget - used)
-        rows = colocate(graph, np.asarray(placements, dtype=np.int64))
+        rows = colocate(graph, np.asarray(placements[:, : graph.n_ops], dtype=np.int64))
         scores = score_batch(graph, cluster, rows)[:take]
         used += take
         if scores.min() < best_score:
