@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 import itertools
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,12 @@ from placeto_jax.cli_agent import load_graphs
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import PRESETS, Config, apply, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph, build_bank
-from placeto_jax.placers.simple import single
 from placeto_jax.reproduce.output import Recorder
-from placeto_jax.rl.evaluate import greedy
+from placeto_jax.rl.evaluate import Placement, greedy, rank_visited
 from placeto_jax.rl.loop import cluster_of
 from placeto_jax.rl.train import Hyper, Trainer, make_train
-from placeto_jax.sim.api import simulate
 
 ALIASES = {"lr": "train.learning_rate", "entropy": "train.entropy"}
-HYPER_FIELDS = {"train.learning_rate": "learning_rate", "train.entropy": "entropy"}
 SECTIONS = ("env", "policy", "train", "run")
 TAIL_FRACTION = 0.1  # the last updates whose train/final_runtime scores a run
 MS = 1e3  # µs
@@ -56,7 +53,9 @@ class Point:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{k}={v:g}" if _is_float(v) else f"{k}={v}" for k, v in self.settings)
+        return ", ".join(
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.settings
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,11 +67,12 @@ class Runs:
     curves: np.ndarray  # [P, S, iterations] train/final_runtime (fraction of the initial)
     makespans: np.ndarray  # [P, S, G] µs, exact op-graph makespan of the greedy placement
     initial: np.ndarray  # [P, S, G] µs, that of the greedy episode's initial placement
+    single: np.ndarray  # [P, S, G] µs, that of every op on one device
 
     def point(self, j: int) -> Runs:
         """Point j's runs: arrays [S, ...]."""
         params = jax.tree.map(lambda x: x[j], self.params)
-        return Runs(params, self.curves[j], self.makespans[j], self.initial[j])
+        return Runs(params, self.curves[j], self.makespans[j], self.initial[j], self.single[j])
 
 
 # ---------------------------------------------------------------------- the grid
@@ -85,7 +85,9 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
         if not eq or not key:
             raise ValueError(f"bad --set {item!r}: expected KEY=V1,V2,..., e.g. lr=1e-3,1e-2")
         values = [v.strip() for v in text.split(",")]
-        if not text.strip() or not all(values):
+        if not text.strip():
+            raise ValueError(f"--set {key}: empty value list")
+        if not all(values):
             raise ValueError(f"--set {key}: empty value in {text!r}")
         if key in grid:
             raise ValueError(f"--set {key} is given twice")
@@ -148,10 +150,6 @@ def _value(config: Config, key: str) -> Any:
     return getattr(getattr(config, section), field)
 
 
-def _is_float(value: Any) -> bool:
-    return isinstance(value, float)
-
-
 def static_config(point: Point, base: Config) -> Config:
     """The point's config with its vmapped (`Hyper`) fields set back to the base's: points
     with equal static configs share one compiled program."""
@@ -200,64 +198,54 @@ def train_points(
     with jax.enable_x64(False):
         train = jax.jit(jax.vmap(make_train(static, bank, cluster)))
         states, metrics = train(seed_keys(seeds, n_points), point_hypers(points, seeds))
-    makespans, initial = greedy_makespans(static, states.params, graphs, cluster)
+    placements = greedy_placements(static, states.params, graphs, cluster)
+
+    def field(name: str) -> np.ndarray:
+        values = [[getattr(p, name) for p in row] for row in placements]
+        return np.array(values).reshape(n_points, seeds, len(graphs))
+
     return Runs(
         params=jax.tree.map(lambda x: x.reshape(n_points, seeds, *x.shape[1:]), states.params),
         curves=np.asarray(metrics["train/final_runtime"]).reshape(n_points, seeds, -1),
-        makespans=makespans.reshape(n_points, seeds, -1),
-        initial=initial.reshape(n_points, seeds, -1),
+        makespans=field("makespan"),
+        initial=field("initial_makespan"),
+        single=field("single_device_makespan"),
     )
 
 
-def greedy_makespans(
+def greedy_placements(
     config: Config, params: Any, graphs: list[PlacementGraph], cluster: Cluster
-) -> tuple[np.ndarray, np.ndarray]:
-    """([K, G], [K, G]) µs: for each of K stacked parameter sets (leaves [K, ...]), the exact
-    op-graph makespan of its greedy placement of every graph, chosen among the placements the
-    greedy episode visited as `place_graphs` chooses (the fastest that fits memory; the fastest
-    if none does), and that of the episode's initial placement. One compiled greedy program
-    for all K."""
+) -> list[list[Placement]]:
+    """[K][G]: for each of K stacked parameter sets (leaves [K, ...]), the greedy placement of
+    every graph, ranked on the op graph by `rank_visited` as `place_graphs` does, with one
+    compiled greedy program for all K (`place_graphs` compiles one per call)."""
     with jax.enable_x64(False):
         bank = build_bank(graphs, config.run.buckets)
         trainer = Trainer.create(config, bank, cluster.broadcast)
         env_params = trainer.env.params(bank, cluster)
         run = jax.jit(jax.vmap(lambda p: greedy(trainer, p, env_params)["visited"]))
-        visited = np.asarray(run(params))  # [K, T + 1, G, N]
-    best, initial = np.empty((2, visited.shape[0], len(graphs)))
-    for i, pg in enumerate(graphs):
-        op_graph = pg.op_graph or pg.graph
-        steps = config.env.passes * pg.graph.n_ops
-        for k in range(visited.shape[0]):
-            rows = visited[k, : steps + 1, i, : pg.graph.n_ops].astype(np.int64)
-            runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in rows]))
-            fits = np.all(runs.peak_memory <= cluster.memory_array, axis=1)
-            best[k, i] = np.min(runs.makespan[fits]) if fits.any() else np.min(runs.makespan)
-            initial[k, i] = runs.makespan[0]
-    return best, initial
-
-
-def single_makespans(graphs: list[PlacementGraph], cluster: Cluster) -> np.ndarray:
-    """[G] µs, every op of each op graph on device 0."""
-    return np.array(
-        [
-            float(simulate(g, cluster, single(g, cluster, jax.random.key(0))).makespan)
-            for g in (pg.op_graph or pg.graph for pg in graphs)
-        ]
-    )
+        visited = np.asarray(run(params))  # [K, T + 1, G, N] int8
+    steps = [config.env.passes * pg.graph.n_ops + 1 for pg in graphs]
+    return [
+        [rank_visited(pg, cluster, one[: steps[i], i]) for i, pg in enumerate(graphs)]
+        for one in visited
+    ]
 
 
 def run_grid(
     base: Config,
     points: Sequence[Point],
     seeds: int,
-    graphs: list[PlacementGraph],
+    graphs_of: Callable[[Config], list[PlacementGraph]],
     progress: bool = True,
 ) -> list[Runs]:
-    """[P] the trained runs of every point: one compiled program per static config."""
+    """[P] the trained runs of every point, on `graphs_of(its config)`: one compiled program
+    per static config."""
     found: dict[int, Runs] = {}
     with tqdm(total=len(points), desc="sweep", unit="point", disable=not progress) as bar:
         for static, members in group_points(points, base).items():
-            runs = train_points(static, [points[i] for i in members], seeds, graphs)
+            chosen = [points[i] for i in members]
+            runs = train_points(static, chosen, seeds, graphs_of(static))
             for j, i in enumerate(members):
                 found[i] = runs.point(j)
             bar.update(len(members))
@@ -265,14 +253,12 @@ def run_grid(
 
 
 # ---------------------------------------------------------------------- results
-def summary_rows(
-    points: Sequence[Point], runs: Sequence[Runs], single_us: np.ndarray
-) -> list[dict[str, Any]]:
+def summary_rows(points: Sequence[Point], runs: Sequence[Runs]) -> list[dict[str, Any]]:
     """One row per point, best (lowest mean greedy makespan) first."""
     rows = []
     for point, run in zip(points, runs, strict=True):
         per_seed = run.makespans.mean(axis=1)  # [S] mean over graphs, µs
-        speedup = (single_us[None, :] / run.makespans).mean(axis=1)  # [S]
+        speedup = (run.single / run.makespans).mean(axis=1)  # [S]
         tail = max(1, round(TAIL_FRACTION * run.curves.shape[1]))
         final = run.curves[:, -tail:].mean(axis=1)  # [S]
         rows.append(
@@ -333,10 +319,12 @@ def run_sweep(
         raise ValueError(f"--seeds must be at least 1, got {seeds}")
     base = base_config(preset, devices, quick)
     points = grid_points(base, grid)
-    prepared = load_graphs(graphs, base)
+    prepared = {  # coarsened once per run.group_target in the grid
+        p.config.run.group_target: load_graphs(graphs, p.config) for p in points
+    }
     recorder = Recorder(out_root, name or "sweep", "quick" if quick else "full")
-    runs = run_grid(base, points, seeds, prepared, progress)
-    rows = summary_rows(points, runs, single_makespans(prepared, cluster_of(base)))
+    runs = run_grid(base, points, seeds, lambda c: prepared[c.run.group_target], progress)
+    rows = summary_rows(points, runs)
     recorder.table(
         "sweep",
         "Grid points, best first",
