@@ -2,12 +2,12 @@
 encoder / attention decoder, and the REINFORCE loop over batches of simulated placements.
 
 A policy is a frozen (hashable) dataclass with `init(key, inputs) -> params`,
-`sample(params, inputs, key) -> (placements [B, N] int32, actions)` and
+`sample(params, inputs, key) -> (placements [B, L] int32, actions)` (L >= N: padding ops last) and
 `log_prob(params, inputs, actions) -> [B]`; `reinforce` jits `sample` and the update once per
 (policy, input shapes) and runs the loop on the host: sample a batch, simulate it in one batched
 call (every placement counts as one evaluation), reward -sqrt(score / reference), advantage
-against an exponential moving average of past batch rewards, one Adam step on the sum of the
-batch's -advantage x log-probability.
+against an exponential moving average of past batch rewards, one Adam step on the batch mean of
+-advantage x log-probability.
 """
 
 from __future__ import annotations
