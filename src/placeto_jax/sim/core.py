@@ -98,9 +98,8 @@ class _State(NamedTuple):
     bus_r: jax.Array  # [D] int32
     # Outputs:
     start: jax.Array  # [Np] float µs
-    end: jax.Array  # [Np] float µs
-    xfer: jax.Array  # [Np, D] float µs transfer start, -inf none
-    arrival: jax.Array  # [Np, D] float µs, -inf none
+    xfer: jax.Array  # [Np, C] float µs transfer start, -inf none (C = 1 with broadcast, else D)
+    arrival: jax.Array  # [Np, C] float µs, -inf none
 
 
 def _later(at, ar, bt, br):
@@ -143,23 +142,20 @@ def simulate_padded(
     """Simulate one placement ([Np] int32 device per op; padding entries are ignored)."""
     n_pad = graph.cost.shape[0]
     n_dev = cluster.speed.shape[0]
+    n_slots = graph.chain_heads.shape[0]
+    n_kids = graph.children.shape[1]
     ftype = graph.cost.dtype
     devices = jnp.arange(n_dev, dtype=jnp.int32)
     duration = graph.cost / cluster.speed[placement]  # [Np] µs
     xfer_time = graph.out_bytes / cluster.bandwidth[placement]  # [Np] µs
-    child_ok = graph.children < n_pad  # [Np, K]
-    child_dev = placement.at[graph.children].get(mode="fill", fill_value=0)  # [Np, K]
+    # What a step reads about the op it starts: one row of the graph (shared by all placements)
+    # and one float row of this placement.
     child_slot = graph.chain_of.at[graph.children].get(mode="fill", fill_value=0)  # [Np, K]
-    remote = child_ok & (child_dev != placement[:, None])  # [Np, K]
-    needs = jnp.any(remote[:, :, None] & (child_dev[:, :, None] == devices), axis=1)  # [Np, D]
-    n_slots = graph.chain_heads.shape[0]
-    n_kids = graph.children.shape[1]
-    # Everything a step reads about the op it starts, in one int row and one float row.
-    int_rows = jnp.concatenate(
-        [graph.children, child_dev, child_slot, needs.astype(jnp.int32), graph.chain_next[:, None]],
-        axis=1,
-    )  # [Np, 3K + D + 1]
+    graph_rows = jnp.concatenate(
+        [graph.children, child_slot, graph.chain_next[:, None]], axis=1
+    )  # [Np, 2K + 1]
     float_rows = jnp.stack([duration, xfer_time], axis=1)  # [Np, 2] µs
+    n_sends = 1 if broadcast else n_dev  # transfer columns recorded per op
 
     def step(_, s: _State) -> _State:
         # 1. Choose: the known head whose start (device free vs ready) is earliest, then by
@@ -168,44 +164,20 @@ def simulate_padded(
         start_t, start_r = _later(s.slot_free, s.slot_free_r, s.slot_rt, s.slot_rp[:, 0])
         i = _lexmin_slot([start_t, start_r, s.slot_rt, s.slot_op], known)
         v, d, st, sr = s.slot_op[i], s.slot_dev[i], start_t[i], start_r[i]
+        row, floats = graph_rows[v], float_rows[v]
+        kids, kid_slot, nxt = row[:n_kids], row[n_kids : 2 * n_kids], row[-1]  # [K], [K], []
+        kid_dev = placement.at[kids].get(mode="fill", fill_value=-1)  # [K], -1 where absent
+        remote = (kid_dev >= 0) & (kid_dev != d)  # [K]
 
-        ints, floats = int_rows[v], float_rows[v]
-        kids, kid_dev = ints[:n_kids], ints[n_kids : 2 * n_kids]  # [K]
-        kid_slot = ints[2 * n_kids : 3 * n_kids]  # [K]
-        need = ints[3 * n_kids : 3 * n_kids + n_dev] > 0  # [D]
-        nxt = ints[-1]
-        dur, xfer_v = floats[0], floats[1]
-
-        # 2. Run it; queue its transfers (FIFO on its device's bus).
-        et, er = _after(st, sr, dur)
-        free_t, free_r = _until(et, er, jnp.where(dur > 0, et + cluster.delta1, et))
-        bus_t, bus_r = s.bus_t[d], s.bus_r[d]
-        if broadcast:
-            x_t, x_r = _later(bus_t, bus_r, et, er)
-            a_t, a_r = _after(x_t, x_r, xfer_v)
-            b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
-            sends = jnp.any(need)
-            bus_t, bus_r = jnp.where(sends, b_t, bus_t), jnp.where(sends, b_r, bus_r)
-            arr_t = jnp.where(need, a_t, -jnp.inf)
-            arr_r = jnp.full(n_dev, a_r)
-            xfer_row = jnp.where(need, x_t, -jnp.inf)
-        else:
-            arr_t, arr_r, xfer_row = [], [], []
-            for dest in range(n_dev):
-                x_t, x_r = _later(bus_t, bus_r, et, er)
-                a_t, a_r = _after(x_t, x_r, xfer_v)
-                b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
-                bus_t = jnp.where(need[dest], b_t, bus_t)
-                bus_r = jnp.where(need[dest], b_r, bus_r)
-                arr_t.append(jnp.where(need[dest], a_t, -jnp.inf))
-                arr_r.append(a_r)
-                xfer_row.append(jnp.where(need[dest], x_t, -jnp.inf))
-            arr_t, arr_r, xfer_row = jnp.stack(arr_t), jnp.stack(arr_r), jnp.stack(xfer_row)
+        # 2. Run it; queue its transfers (FIFO on its device's bus); its consumers' input stamps.
+        et, er = _after(st, sr, floats[0])
+        free_t, free_r = _until(et, er, jnp.where(floats[0] > 0, et + cluster.delta1, et))
+        send = _broadcast_send if broadcast else _per_device_send
+        bus_t, bus_r, xfer_row, arr_row, in_t, in_r = send(
+            cluster, s.bus_t[d], s.bus_r[d], et, er, floats[1], kid_dev, remote, devices
+        )
 
         # 3. Its consumers: input arrival stamps, one parent fewer to wait for.
-        local = kid_dev == d
-        in_t = jnp.where(local, et, _pick_device(arr_t, kid_dev, -jnp.inf))
-        in_r = jnp.where(local, er, _pick_device(arr_r, kid_dev, 0))
         old_t = s.ready_t.at[kids].get(mode="fill", fill_value=0)
         old_rp = s.ready_rp.at[kids].get(mode="fill", fill_value=0)  # [K, 2]
         new_t, new_r = _later(old_t, old_rp[:, 0], in_t, in_r)
@@ -243,9 +215,8 @@ def simulate_padded(
             bus_t=s.bus_t.at[d].set(bus_t),
             bus_r=s.bus_r.at[d].set(bus_r),
             start=s.start.at[v].set(st),
-            end=s.end.at[v].set(et),
             xfer=s.xfer.at[v].set(xfer_row),
-            arrival=s.arrival.at[v].set(arr_t),
+            arrival=s.arrival.at[v].set(arr_row),
         )
 
     heads = graph.chain_heads
@@ -265,57 +236,109 @@ def simulate_padded(
         bus_t=jnp.zeros(n_dev, ftype),
         bus_r=jnp.zeros(n_dev, jnp.int32),
         start=zeros_f,
-        end=zeros_f,
-        xfer=jnp.full((n_pad, n_dev), -jnp.inf, ftype),
-        arrival=jnp.full((n_pad, n_dev), -jnp.inf, ftype),
+        xfer=jnp.full((n_pad, n_sends), -jnp.inf, ftype),
+        arrival=jnp.full((n_pad, n_sends), -jnp.inf, ftype),
     )
     final = jax.lax.fori_loop(0, graph.n_ops, step, init)
-    peak = peak_memory(graph, placement, final.start, final.end, final.arrival, n_dev)
+    end = final.start + duration  # as in the loop (`_after`), for every op
+    xfer, arrival = final.xfer, final.arrival
+    if broadcast:  # one transfer per op serves all its remote consumer devices
+        child_dev = placement.at[graph.children].get(mode="fill", fill_value=-1)  # [Np, K]
+        remote = (child_dev >= 0) & (child_dev != placement[:, None])  # [Np, K]
+        needs = jnp.any(remote[:, :, None] & (child_dev[:, :, None] == devices), axis=1)
+        xfer = jnp.where(needs, xfer, -jnp.inf)  # [Np, D]
+        arrival = jnp.where(needs, arrival, -jnp.inf)
+    peak = peak_memory(graph, placement, final.start, end, arrival, n_dev, broadcast)
     return SimOutput(
-        makespan=jnp.max(final.end),
+        makespan=jnp.max(end),
         start=final.start,
-        end=final.end,
+        end=end,
         peak_memory=peak,
-        transfer_start=final.xfer,
-        arrival=final.arrival,
+        transfer_start=xfer,
+        arrival=arrival,
     )
 
 
-def peak_memory(graph: SimGraph, placement, start, end, arrival, n_dev: int) -> jax.Array:
+def _broadcast_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote, devices):
+    """One transfer of the op's output (ended at stamp (et, er)) serves every remote consumer.
+    Returns the bus's new free stamp, the transfer's start and arrival ([1] µs, -inf if none) and
+    each consumer's input stamp ([K] µs, [K] rounds)."""
+    sends = jnp.any(remote)
+    x_t, x_r = _later(bus_t, bus_r, et, er)
+    a_t, a_r = _after(x_t, x_r, xfer_v)
+    b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
+    bus_t, bus_r = jnp.where(sends, b_t, bus_t), jnp.where(sends, b_r, bus_r)
+    xfer_row = jnp.where(sends, x_t, -jnp.inf)[None]
+    arr_row = jnp.where(sends, a_t, -jnp.inf)[None]
+    return bus_t, bus_r, xfer_row, arr_row, jnp.where(remote, a_t, et), jnp.where(remote, a_r, er)
+
+
+def _per_device_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote, devices):
+    """One transfer per remote consumer device, in device order; returns as `_broadcast_send`
+    with [D] transfer rows."""
+    need = jnp.any(remote[:, None] & (kid_dev[:, None] == devices), axis=0)  # [D]
+    arr_t, arr_r, xfer_row = [], [], []
+    for dest in range(devices.shape[0]):
+        x_t, x_r = _later(bus_t, bus_r, et, er)
+        a_t, a_r = _after(x_t, x_r, xfer_v)
+        b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
+        bus_t = jnp.where(need[dest], b_t, bus_t)
+        bus_r = jnp.where(need[dest], b_r, bus_r)
+        arr_t.append(jnp.where(need[dest], a_t, -jnp.inf))
+        arr_r.append(a_r)
+        xfer_row.append(jnp.where(need[dest], x_t, -jnp.inf))
+    arr_t, arr_r, xfer_row = jnp.stack(arr_t), jnp.stack(arr_r), jnp.stack(xfer_row)
+    in_t = jnp.where(remote, _pick_device(arr_t, kid_dev, -jnp.inf), et)
+    in_r = jnp.where(remote, _pick_device(arr_r, kid_dev, 0), er)
+    return bus_t, bus_r, xfer_row, arr_t, in_t, in_r
+
+
+def peak_memory(
+    graph: SimGraph, placement, start, end, arrival, n_dev: int, broadcast: bool = False
+) -> jax.Array:
     """[D] bytes: parameters plus the largest sum of live tensors on each device.
 
     Each (op, device) pair holds at most one interval: the op's own output on its device, from
     start until the op, its local consumers and its transfers are done; or a copy on a consumer's
-    device, from arrival until the last consumer there ends."""
+    device, from arrival until the last consumer there ends. Every event time is a start, an end
+    or an arrival (a free is the latest of some of them), so events are placed on the instants of
+    one sorted list of those times (`_instants`), and a free's instant is the latest of its
+    parts' instants. With `broadcast`, an op's finite arrivals are all equal (one time per op)."""
     n_pad = start.shape[0]
     devices = jnp.arange(n_dev, dtype=jnp.int32)
+    arrives = jnp.isfinite(arrival)  # [Np, D]
+    arrival_times = jnp.max(arrival, axis=1) if broadcast else arrival.reshape(-1)
+    n_instants, ranks = _instants(jnp.concatenate([start, end, arrival_times]))
+    at_start, at_end = ranks[:n_pad], ranks[n_pad : 2 * n_pad]  # [Np]
+    at_arrival = ranks[2 * n_pad :]
+    at_arrival = at_arrival[:, None] if broadcast else at_arrival.reshape(n_pad, n_dev)
+    at_arrival = jnp.where(arrives, at_arrival, -1)  # [Np, D]
     segment = graph.edge_src * n_dev + placement.at[graph.edge_dst].get(mode="fill", fill_value=0)
     last_use = jax.ops.segment_max(
-        end[graph.edge_dst], segment, num_segments=n_pad * n_dev, indices_are_sorted=False
-    ).reshape(n_pad, n_dev)  # [Np, D], -inf where no consumer
+        at_end[graph.edge_dst], segment, num_segments=n_pad * n_dev, indices_are_sorted=False
+    ).reshape(n_pad, n_dev)  # [Np, D] instant, negative where no consumer
     home = placement[:, None] == devices  # [Np, D]
-    home_use = jnp.max(jnp.maximum(jnp.where(home, last_use, -jnp.inf), arrival), axis=1)
-    home_free = jnp.maximum(end, home_use)  # [Np]
-    has_copy = jnp.isfinite(arrival) & ~home
-    alloc = jnp.where(home, start[:, None], jnp.where(has_copy, arrival, 0.0))
-    free = jnp.where(home, home_free[:, None], jnp.where(has_copy, last_use, 0.0))
-    size = jnp.where(home | has_copy, graph.out_bytes[:, None], 0.0)
-    times = jnp.concatenate([free.T, alloc.T], axis=1)  # [D, 2Np] µs
-    deltas = jnp.concatenate([-size.T, size.T], axis=1)  # [D, 2Np] bytes
-    live_peak = jax.vmap(_peak_of_events)(times, deltas)
+    home_free = jnp.maximum(at_end, jnp.max(jnp.where(home, last_use, at_arrival), axis=1))
+    has_copy = arrives & ~home
+    alloc = jnp.where(home, at_start[:, None], at_arrival)  # [Np, D] instant
+    free = jnp.where(home, home_free[:, None], last_use)  # [Np, D] instant
+    size = jnp.where(home | has_copy, graph.out_bytes[:, None], 0.0)  # [Np, D] bytes
+    offset = devices * n_instants  # one row of instants per device
+    index = jnp.concatenate([(free + offset).reshape(-1), (alloc + offset).reshape(-1)])
+    deltas = jnp.concatenate([-size.reshape(-1), size.reshape(-1)])
+    per_instant = jnp.zeros(n_dev * n_instants, size.dtype).at[index].add(deltas, mode="drop")
+    running = jnp.cumsum(per_instant.reshape(n_dev, n_instants), axis=1)
     params = jax.ops.segment_sum(graph.param_bytes, placement, num_segments=n_dev)
-    return live_peak + params
+    return jnp.maximum(jnp.max(running, axis=1), 0.0) + params
 
 
-def _peak_of_events(times: jax.Array, deltas: jax.Array) -> jax.Array:
-    """Largest running sum of `deltas` [M] bytes applied in time order ([M] µs, all >= 0), where
-    all events of one instant are applied together (so frees at t come before allocations at t).
+def _instants(times: jax.Array) -> tuple[int, jax.Array]:
+    """(M, rank [M]) for times [M] µs (non-negative or -inf): each time's position among the
+    sorted times, equal times sharing the first position, so ranks compare as the times do.
 
-    Sums the deltas per distinct time and takes the running maximum. Times are compared through
-    their bit patterns (monotone for non-negative floats): a one-operand integer sort is several
-    times faster on CPU than sorting floats with a payload."""
+    Times are compared through their bit patterns (monotone for non-negative floats): a
+    one-operand integer sort is several times faster on CPU than sorting floats with a payload."""
     int_type = jnp.int64 if times.dtype == jnp.float64 else jnp.int32
     keys = jax.lax.bitcast_convert_type(times, int_type)
     rank = jnp.searchsorted(jnp.sort(keys), keys, side="left", method="scan")
-    per_instant = jnp.zeros_like(deltas).at[rank].add(deltas)
-    return jnp.maximum(jnp.max(jnp.cumsum(per_instant)), 0.0)
+    return times.shape[0], rank.astype(jnp.int32)
