@@ -103,18 +103,46 @@ def test_bad_seeds_fail_before_any_work(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_the_command_parses_into_run_sweep_arguments(monkeypatch):
+def test_the_command_parses_into_run_sweep_arguments(monkeypatch, tmp_path, capsys):
     parser = argparse.ArgumentParser()
     sweep.add_sweep_command(parser.add_subparsers())
     args = parser.parse_args(
         ["sweep", "--graphs", "g", "--devices", "2", "--set", "lr=1,2", "--seeds", "3", "--quick"]
     )
+    readme = tmp_path / "README.md"
+    readme.write_text("the report")
     seen = {}
-    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: seen.update(args=a, kwargs=k))
-    with pytest.raises(AttributeError):  # the stand-in returns no README path
-        args.command(args)
+
+    def fake_run_sweep(*a, **k):
+        seen.update(args=a, kwargs=k)
+        return readme
+
+    monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
+    assert args.command(args) == 0
     assert seen["args"] == ("g", 2, {"lr": ["1", "2"]}, 3, None, "results", None)
     assert seen["kwargs"] == {"progress": True, "quick": True}
+    assert "the report" in capsys.readouterr().out
+
+
+class Stop(Exception):
+    pass
+
+
+def test_each_group_target_of_a_grid_coarsens_the_graphs_again(tmp_path, monkeypatch):
+    path = tmp_path / "g.json"
+    save_graph(GRAPH, path)
+    monkeypatch.setattr(sweep, "base_config", lambda *_: base())
+    nodes = {}
+
+    def fake_run_grid(base_config, points, seeds, graphs_of, progress):
+        for point in points:
+            nodes[point.config.run.group_target] = graphs_of(point.config)[0].graph.n_ops
+        raise Stop
+
+    monkeypatch.setattr(sweep, "run_grid", fake_run_grid)
+    with pytest.raises(Stop):
+        sweep.run_sweep(str(path), 2, {"run.group_target": [0, 2, 3]}, 1, None, tmp_path)
+    assert nodes == {0: 6, 2: 2, 3: 3}
 
 
 @pytest.fixture(scope="module")
