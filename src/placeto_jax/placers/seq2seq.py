@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import Any, Protocol
 
 import flax.linen as nn
@@ -216,6 +217,7 @@ class Curve:
     evaluations: np.ndarray  # [U] int64 simulator evaluations used after the batch
     best: np.ndarray  # [U] float64 µs best penalised score seen so far
     mean: np.ndarray  # [U] float64 µs mean penalised score of the batch
+    wall_s: np.ndarray  # [U] float64 s from the start of training to the batch's scores
 
     def evaluations_to_within(self, fraction: float = 0.05) -> int:
         """Evaluations after which the best-so-far score is within `fraction` of the final one."""
@@ -244,7 +246,8 @@ def reinforce(
     opt_state = _optimizer(training.grad_clip).init(params)
     baseline = None
     best, best_score, used = None, np.inf, 0
-    evaluations, bests, means = [], [], []
+    evaluations, bests, means, walls = [], [], [], []
+    began = time.perf_counter()
     for i, step_key in enumerate(jax.random.split(loop_key, n_updates)):
         placements, actions = _sample(policy, params, inputs, step_key)
         take = min(policy.batch, budget - used)
@@ -256,6 +259,7 @@ def reinforce(
         evaluations.append(used)
         bests.append(best_score)
         means.append(float(scores.mean()))
+        walls.append(time.perf_counter() - began)
         if used == budget:
             break
         reward = -np.sqrt(scores / reference)
@@ -273,7 +277,7 @@ def reinforce(
         )
         decay = training.baseline_decay
         baseline = decay * baseline + (1.0 - decay) * reward.mean()
-    curve = Curve(np.asarray(evaluations), np.asarray(bests), np.asarray(means))
+    curve = Curve(np.asarray(evaluations), np.asarray(bests), np.asarray(means), np.asarray(walls))
     return Solution(best, used), curve
 
 
