@@ -2,7 +2,7 @@
 
     python experiments/bench_simulator.py [--sizes 250,500,2000] [--batches 1,64,256,1024]
         [--variants f32:1,f64:1,f32:all] [--devices 4] [--out results/bench/simulator.json]
-        [--quick]
+        [--extra 2000:4096] [--quick]
 
 Graphs are `layered(n, seed=0)` (random layered DAGs, average out-degree about 2), the cluster is
 `Cluster(devices)`, placements are uniform random from a seeded NumPy Generator.
@@ -21,8 +21,11 @@ does not reward using more cores. The reference runs once per N, in this process
 placements as take about `--ref-time` seconds (at most the largest batch); its cost per placement
 does not depend on B. The reference is pinned to one core too.
 
-Prints a table, the issue's floors (>= 8x at N = 500, B = 1024; >= 10x at N = 2000, B = 256, per
-CPU-second) and writes every raw number, with a description of the machine, to `--out`.
+`--extra` rows (default N = 2000, B = 4096) run with the first variant only, to record peak
+memory at scale. Prints a table, the issue's targets (>= 30x at N = 500, B = 1024 and at N = 2000,
+B = 256, per CPU-second; time per placement at N = 2000 <= 10x that at N = 250, B = 256; peak RSS
+< 8 GB at N = 2000, B = 4096) and writes every raw number, with a description of the machine, to
+`--out`.
 """
 
 from __future__ import annotations
@@ -50,12 +53,19 @@ SEED = 0
 N_CHECK = 3  # placements per configuration compared against the reference
 FLOAT32_RTOL = 1e-5
 DTYPES = {0: "float32", 1: "float64"}
-FLOORS = {(500, 1024): 8.0, (2000, 256): 10.0}  # (N, B) -> required ratio per CPU-second
+FLOORS = {(500, 1024): 30.0, (2000, 256): 30.0}  # (N, B) -> required ratio per CPU-second
+SCALING = (250, 2000, 256, 10.0)  # time per placement at N = 2000 <= 10x that at N = 250, B = 256
+MEMORY = (2000, 4096, 8.0)  # N, B, peak RSS limit in GB (an `--extra` row)
 
 
 # ---------------------------------------------------------------------- command line
 def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
+
+
+def pair_list(text: str) -> list[tuple[int, int]]:
+    """'2000:4096,500:64' -> [(2000, 4096), (500, 64)]."""
+    return [tuple(int(x) for x in item.split(":")) for item in text.split(",") if item]
 
 
 def variant_list(text: str) -> list[tuple[int, str]]:
@@ -89,7 +99,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--devices", type=int, default=4)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--quick", action="store_true", help="sizes 250,500 and batches 1,64")
+    p.add_argument(
+        "--extra",
+        type=pair_list,
+        default=[MEMORY[:2]],
+        help="N:B rows run with the first variant only (default: the memory row 2000:4096)",
+    )
+    p.add_argument("--quick", action="store_true", help="sizes 250,500, batches 1,64, no extra")
     p.add_argument("--min-time", type=float, default=1.0, help="s of steady-state calls to time")
     p.add_argument("--ref-time", type=float, default=3.0, help="s to spend on the reference")
     p.add_argument("--one", type=int, nargs=2, metavar=("N", "B"), help=argparse.SUPPRESS)
@@ -97,7 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cores", choices=["1", "all"], default="all", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
-        args.sizes, args.batches = [250, 500], [1, 64]
+        args.sizes, args.batches, args.extra = [250, 500], [1, 64], []
     return args
 
 
@@ -333,6 +349,40 @@ def floors_summary(jax_rows: list[dict], reference: dict[int, dict]) -> str:
     return "\n".join(lines)
 
 
+def scaling_summary(jax_rows: list[dict]) -> str:
+    """Time per placement at the large N over the small N (at one B), for every variant."""
+    small, large, batch, limit = SCALING
+    rates = {}
+    for row in jax_rows:
+        if row["batch"] == batch and "error" not in row:
+            rates[row["n_ops"], row["dtype"], row["cores"]] = row["placements_per_cpu_s"]
+    lines = []
+    for (n, dtype, cores), rate in rates.items():
+        if n == large and (small, dtype, cores) in rates:
+            ratio = rates[small, dtype, cores] / rate
+            verdict = "meets" if ratio <= limit else "ABOVE"
+            lines.append(
+                f"scaling N={large} vs N={small} B={batch} {dtype} cores={cores}: {ratio:.1f}x "
+                f"time per placement (<= {limit:g}x required): {verdict}"
+            )
+    return "\n".join(lines)
+
+
+def memory_summary(jax_rows: list[dict]) -> str:
+    """Peak RSS of the memory row (N, B of `MEMORY`) against its limit."""
+    n, batch, limit = MEMORY
+    lines = []
+    for row in jax_rows:
+        if (row["n_ops"], row["batch"]) == (n, batch) and "error" not in row:
+            gb = row["peak_rss_gb"]
+            verdict = "meets" if gb < limit else "ABOVE"
+            lines.append(
+                f"memory N={n} B={batch} {row['dtype']} cores={row['cores']}: peak RSS "
+                f"{gb:.2f} GB (< {limit:g} GB required): {verdict}"
+            )
+    return "\n".join(lines)
+
+
 def write_json(path: Path, data: dict) -> None:
     """Write atomically (temp file, then rename), creating the directory."""
     from placeto_jax.files import atomic_write
@@ -358,11 +408,18 @@ def main(argv: list[str] | None = None) -> int:
             for x64, cores in args.variants:
                 jax_rows.append(run_one_in_subprocess(args, n, b, x64, cores))
                 print(f"jax N={n} B={b} {DTYPES[x64]} cores={cores}: done", flush=True)
+    for n, b in args.extra:
+        if n not in reference:
+            reference[n] = run_reference(n, args.devices, b, args.ref_time)
+        x64, cores = args.variants[0]
+        jax_rows.append(run_one_in_subprocess(args, n, b, x64, cores))
+        print(f"jax N={n} B={b} {DTYPES[x64]} cores={cores}: done", flush=True)
     data = {
         "machine": machine(),
         "settings": {
             "sizes": args.sizes,
             "batches": args.batches,
+            "extra": args.extra,
             "variants": [f"{DTYPES[x]}:{c}" for x, c in args.variants],
             "devices": args.devices,
             "seed": SEED,
@@ -377,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(jax_rows, reference))
     print(checks_summary(jax_rows, reference))
     print(floors_summary(jax_rows, reference))
+    print(scaling_summary(jax_rows))
+    print(memory_summary(jax_rows))
     print(f"wrote {args.out}")
     failed = [r for r in jax_rows if "error" in r or not r["check"]["ok"]]
     return 1 if failed else 0

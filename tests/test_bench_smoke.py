@@ -1,4 +1,5 @@
-"""Smoke tests of experiments/bench_simulator.py on tiny settings (numbers are not asserted)."""
+"""Smoke tests of experiments/bench_simulator.py and bench_gpu.py on tiny settings (numbers are
+not asserted)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import jax
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "bench_simulator.py"
+GPU_SCRIPT = SCRIPT.with_name("bench_gpu.py")
 ROW_KEYS = {
     "n_ops",
     "graph_digest",
@@ -78,6 +80,7 @@ def test_script_end_to_end(tmp_path):
     out = tmp_path / "bench" / "simulator.json"
     cmd = [sys.executable, str(SCRIPT), "--sizes", "50", "--batches", "1,4", "--out", str(out)]
     cmd += ["--min-time", "0.05", "--ref-time", "0.2", "--variants", "f32:1,f64:1,f32:all"]
+    cmd += ["--extra", "50:8"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "jax pl/cpu-s" in proc.stdout
@@ -94,6 +97,7 @@ def test_script_end_to_end(tmp_path):
         (4, "float32", "1"),
         (4, "float32", "all"),
         (4, "float64", "1"),
+        (8, "float32", "1"),  # the --extra row, first variant only
     ]
     assert "floor" not in proc.stdout  # no floor configuration at N = 50
     for row in rows:
@@ -122,6 +126,49 @@ def test_floors_summary_reports_each_variant():
     ]
     lines = bench.floors_summary(rows, reference).splitlines()
     assert lines == [
-        "floor N=500 B=1024 float32 cores=1: 9.0x (>= 8x required): meets",
-        "floor N=2000 B=256 float32 cores=all: 7.5x (>= 10x required): BELOW",
+        "floor N=500 B=1024 float32 cores=1: 9.0x (>= 30x required): BELOW",
+        "floor N=2000 B=256 float32 cores=all: 7.5x (>= 30x required): BELOW",
     ]
+
+
+def test_scaling_and_memory_summaries():
+    bench = load_bench()
+    rows = [
+        {"n_ops": 250, "batch": 256, "dtype": "float32", "cores": "1", "placements_per_cpu_s": 900},
+        {
+            "n_ops": 2000,
+            "batch": 256,
+            "dtype": "float32",
+            "cores": "1",
+            "placements_per_cpu_s": 100,
+        },
+        {"n_ops": 2000, "batch": 256, "dtype": "float64", "cores": "1", "placements_per_cpu_s": 50},
+        {"n_ops": 2000, "batch": 4096, "dtype": "float32", "cores": "1", "peak_rss_gb": 2.5},
+    ]
+    assert bench.scaling_summary(rows).splitlines() == [
+        "scaling N=2000 vs N=250 B=256 float32 cores=1: 9.0x time per placement "
+        "(<= 10x required): meets"
+    ]
+    assert bench.memory_summary(rows).splitlines() == [
+        "memory N=2000 B=4096 float32 cores=1: peak RSS 2.50 GB (< 8 GB required): meets"
+    ]
+
+
+@pytest.mark.slow
+def test_gpu_bench_quick_on_cpu(tmp_path):
+    """bench_gpu.py in its small CPU mode: simulator rows and the trainer's rate, as JSON."""
+    out = tmp_path / "gpu.json"
+    cmd = [sys.executable, str(GPU_SCRIPT), "--quick", "--min-time", "0.01", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("device: ")
+    data = json.loads(out.read_text())
+    assert data["quick"] and data["machine"].keys() >= MACHINE_KEYS
+    assert sorted((r["n_ops"], r["batch"]) for r in data["simulator"]) == [
+        (100, 64),
+        (100, 256),
+        (500, 64),
+        (500, 256),
+    ]
+    assert all(r["placements_per_s"] > 0 for r in data["simulator"])
+    assert data["trainer"]["decisions_per_s"] > 0
