@@ -81,27 +81,25 @@ class SimOutput(NamedTuple):
 
 
 class _State(NamedTuple):
-    """The loop's state for L placements side by side, the placement (lane) axis last: on CPU,
-    reductions over slots and selects then run across lanes, which vectorises."""
-
     # Per op (source of truth for ops that are not chain heads):
-    ready_t: jax.Array  # [Np, L] float µs, latest input arrival so far
-    ready_rp: jax.Array  # [2, Np, L] int32: round of that arrival, parents not yet started
+    ready_t: jax.Array  # [Np] float µs, latest input arrival so far
+    ready_rp: jax.Array  # [Np, 2] int32: round of that arrival, parents not yet started
     # Per chain slot, a copy of its head's data so that choosing the next op needs no gathers:
-    slot_op: jax.Array  # [W, L] int32 head op, -1 when the chain is exhausted
-    slot_dev: jax.Array  # [W, L] int32 device of the head
-    slot_rt: jax.Array  # [W, L] float µs, head's ready time
-    slot_rp: jax.Array  # [2, W, L] int32, head's ready round and parents not yet started
-    slot_free: jax.Array  # [W, L] float µs, when the head's device is next free
-    slot_free_r: jax.Array  # [W, L] int32, round of that
+    slot_op: jax.Array  # [W] int32 head op, -1 when the chain is exhausted
+    slot_dev: jax.Array  # [W] int32 device of the head
+    slot_rt: jax.Array  # [W] float µs, head's ready time
+    slot_rp: jax.Array  # [W, 2] int32, head's ready round and parents not yet started
+    slot_free: jax.Array  # [W] float µs, when the head's device is next free
+    slot_free_r: jax.Array  # [W] int32, round of that
     # Per device:
-    dev_t: jax.Array  # [D, L] float µs, device free from
-    dev_r: jax.Array  # [D, L] int32
-    bus_t: jax.Array  # [D, L] float µs, bus free from
-    bus_r: jax.Array  # [D, L] int32
+    dev_t: jax.Array  # [D] float µs, device free from
+    dev_r: jax.Array  # [D] int32
+    bus_t: jax.Array  # [D] float µs, bus free from
+    bus_r: jax.Array  # [D] int32
     # Outputs:
-    out: jax.Array  # [1 + 2C, Np, L] float µs: start, C transfer starts, C arrivals (-inf for
-    #   none; C = 1 with broadcast, else D)
+    start: jax.Array  # [Np] float µs
+    xfer: jax.Array  # [Np, C] float µs transfer start, -inf none (C = 1 with broadcast, else D)
+    arrival: jax.Array  # [Np, C] float µs, -inf none
 
 
 def _later(at, ar, bt, br):
@@ -123,131 +121,86 @@ def _until(t, r, new_t):
 
 
 def _lexmin_slot(keys: list[jax.Array], valid: jax.Array) -> jax.Array:
-    """[L] index along axis 0 of the `valid` entry that is smallest by `keys` ([W, L] each)
-    lexicographically (the last key must be unique among valid entries)."""
+    """Index of the `valid` entry that is smallest by `keys` lexicographically (the last key must
+    be unique among valid entries)."""
     mask = valid
     for key in keys:
         big = jnp.inf if jnp.issubdtype(key.dtype, jnp.floating) else _BIG_INT
-        mask = mask & (key == jnp.min(jnp.where(mask, key, big), axis=0))
-    index = jnp.arange(mask.shape[0])[:, None]
-    return jnp.min(jnp.where(mask, index, mask.shape[0]), axis=0)
+        mask = mask & (key == jnp.min(jnp.where(mask, key, big)))
+    return jnp.min(jnp.where(mask, jnp.arange(mask.shape[0]), mask.shape[0]))
 
 
-def _pick(hit: jax.Array, values: jax.Array) -> jax.Array:
-    """values[j] where hit[j] ([N, ...] one-hot along axis 0), by a select-reduce, not a gather."""
-    fill = -jnp.inf if jnp.issubdtype(values.dtype, jnp.floating) else -_BIG_INT
-    return jnp.max(jnp.where(hit, values, fill), axis=0)
+def _pick_device(values: jax.Array, dev: jax.Array, fill) -> jax.Array:
+    """values[dev] for per-device `values` [D] and indices `dev` [K], by selects, not a gather."""
+    hit = dev[:, None] == jnp.arange(values.shape[0])
+    return jnp.max(jnp.where(hit, values[None, :], fill), axis=1)
 
 
 def simulate_padded(
     graph: SimGraph, cluster: SimCluster, placement: jax.Array, broadcast: bool = True
 ) -> SimOutput:
-    """Simulate one placement ([Np] int32 device per op; padding entries are ignored).
-
-    Under `jax.vmap` over placements only, it simulates the whole batch in one loop with the
-    placements on the last axis (`simulate_lanes`)."""
-    return _SIMULATE[broadcast](graph, cluster, placement)
-
-
-def _one(broadcast: bool):
-    """`simulate_padded` for one `broadcast` value, with a batching rule over placements."""
-
-    def one(graph, cluster, placement):
-        out = simulate_lanes(graph, cluster, placement[:, None], broadcast)
-        return jax.tree.map(lambda x: x[..., 0], out)
-
-    simulate = jax.custom_batching.custom_vmap(one)
-
-    @simulate.def_vmap
-    def rule(axis_size, in_batched, graph, cluster, placement):
-        all_batched = SimOutput(*([True] * len(SimOutput._fields)))
-        if any(jax.tree.leaves(in_batched[:2])):  # a graph or cluster per placement
-            axes = jax.tree.map(lambda b: 0 if b else None, tuple(in_batched))
-            return jax.vmap(one, in_axes=axes)(graph, cluster, placement), all_batched
-        out = simulate_lanes(graph, cluster, placement.T, broadcast)
-        return jax.tree.map(lambda x: jnp.moveaxis(x, -1, 0), out), all_batched
-
-    return simulate
-
-
-def simulate_lanes(
-    graph: SimGraph, cluster: SimCluster, placements: jax.Array, broadcast: bool = True
-) -> SimOutput:
-    """Simulate placements [Np, L] (one per column) side by side; every output gets a last axis
-    of L (e.g. start [Np, L], peak memory [D, L])."""
-    n_pad, n_lanes = placements.shape
+    """Simulate one placement ([Np] int32 device per op; padding entries are ignored)."""
+    n_pad = graph.cost.shape[0]
     n_dev = cluster.speed.shape[0]
     n_slots = graph.chain_heads.shape[0]
     n_kids = graph.children.shape[1]
     ftype = graph.cost.dtype
-    lanes = jnp.arange(n_lanes)
-    devices = jnp.arange(n_dev, dtype=jnp.int32)[:, None]  # [D, 1]
-    slots = jnp.arange(n_slots, dtype=jnp.int32)[:, None]  # [W, 1]
-    duration = graph.cost[:, None] / cluster.speed[placements]  # [Np, L] µs
-    xfer_time = graph.out_bytes[:, None] / cluster.bandwidth[placements]  # [Np, L] µs
-    op_times = jnp.stack([duration, xfer_time])  # [2, Np, L] µs
-    # What a step reads about the op it starts: one column of the graph (shared by all lanes).
+    devices = jnp.arange(n_dev, dtype=jnp.int32)
+    duration = graph.cost / cluster.speed[placement]  # [Np] µs
+    xfer_time = graph.out_bytes / cluster.bandwidth[placement]  # [Np] µs
+    # What a step reads about the op it starts: one row of the graph (shared by all placements)
+    # and one float row of this placement.
     child_slot = graph.chain_of.at[graph.children].get(mode="fill", fill_value=0)  # [Np, K]
-    graph_cols = jnp.concatenate(
+    graph_rows = jnp.concatenate(
         [graph.children, child_slot, graph.chain_next[:, None]], axis=1
-    ).T  # [2K + 1, Np]
+    )  # [Np, 2K + 1]
+    float_rows = jnp.stack([duration, xfer_time], axis=1)  # [Np, 2] µs
     n_sends = 1 if broadcast else n_dev  # transfer columns recorded per op
 
     def step(_, s: _State) -> _State:
         # 1. Choose: the known head whose start (device free vs ready) is earliest, then by
         #    ready time, then by op index.
-        known = (s.slot_op >= 0) & (s.slot_rp[1] == 0)  # [W, L]
-        start_t, start_r = _later(s.slot_free, s.slot_free_r, s.slot_rt, s.slot_rp[0])
-        i = _lexmin_slot([start_t, start_r, s.slot_rt, s.slot_op], known)  # [L]
-        this = slots == i  # [W, L]
-        v, d = _pick(this, s.slot_op), _pick(this, s.slot_dev)  # [L]
-        st, sr = _pick(this, start_t), _pick(this, start_r)
-        cols = graph_cols[:, v]  # [2K + 1, L]
-        kids, kid_slot, nxt = cols[:n_kids], cols[n_kids : 2 * n_kids], cols[-1]
-        u = jnp.maximum(nxt, 0)  # the chain's next op, [L]
-        touched = jnp.concatenate([kids, u[None]])  # [K + 1, L]
-        touched_dev = placements.at[touched, lanes].get(mode="fill", fill_value=-1)
-        kid_dev, u_dev = touched_dev[:n_kids], touched_dev[-1]  # [K, L], [L]
-        remote = (kid_dev >= 0) & (kid_dev != d)  # [K, L]
-        dur, xfer_v = op_times[:, v, lanes]  # [L], [L]
-        on_d = devices == d  # [D, L]
+        known = (s.slot_op >= 0) & (s.slot_rp[:, 1] == 0)
+        start_t, start_r = _later(s.slot_free, s.slot_free_r, s.slot_rt, s.slot_rp[:, 0])
+        i = _lexmin_slot([start_t, start_r, s.slot_rt, s.slot_op], known)
+        v, d, st, sr = s.slot_op[i], s.slot_dev[i], start_t[i], start_r[i]
+        row, floats = graph_rows[v], float_rows[v]
+        kids, kid_slot, nxt = row[:n_kids], row[n_kids : 2 * n_kids], row[-1]  # [K], [K], []
+        kid_dev = placement.at[kids].get(mode="fill", fill_value=-1)  # [K], -1 where absent
+        remote = (kid_dev >= 0) & (kid_dev != d)  # [K]
 
         # 2. Run it; queue its transfers (FIFO on its device's bus); its consumers' input stamps.
-        et, er = _after(st, sr, dur)
-        free_t, free_r = _until(et, er, jnp.where(dur > 0, et + cluster.delta1, et))
+        et, er = _after(st, sr, floats[0])
+        free_t, free_r = _until(et, er, jnp.where(floats[0] > 0, et + cluster.delta1, et))
         send = _broadcast_send if broadcast else _per_device_send
-        bus_t, bus_r, xfer_col, arr_col, in_t, in_r = send(
-            cluster, _pick(on_d, s.bus_t), _pick(on_d, s.bus_r), et, er, xfer_v, kid_dev, remote
-        )
-        # Computed once per lane, not once per consumer: XLA would otherwise fuse the per-lane
-        # arithmetic above into every [K, L] consumer.
-        free_t, free_r, bus_t, bus_r, xfer_col, arr_col, in_t, in_r = jax.lax.optimization_barrier(
-            (free_t, free_r, bus_t, bus_r, xfer_col, arr_col, in_t, in_r)
+        bus_t, bus_r, xfer_row, arr_row, in_t, in_r = send(
+            cluster, s.bus_t[d], s.bus_r[d], et, er, floats[1], kid_dev, remote, devices
         )
 
         # 3. Its consumers: input arrival stamps, one parent fewer to wait for.
-        old_t = s.ready_t.at[kids, lanes].get(mode="fill", fill_value=0)  # [K, L]
-        old_rp = s.ready_rp.at[:, kids, lanes].get(mode="fill", fill_value=0)  # [2, K, L]
-        new_t, new_r = _later(old_t, old_rp[0], in_t, in_r)
-        new_rp = jnp.stack([new_r, old_rp[1] - 1])
-        ready_t = s.ready_t.at[kids, lanes].set(new_t, mode="drop")
-        ready_rp = s.ready_rp.at[:, kids, lanes].set(new_rp, mode="drop")
-        is_head = (kids < n_pad) & (s.slot_op.at[kid_slot, lanes].get(mode="clip") == kids)
-        head_slot = jnp.where(is_head, kid_slot, n_slots)  # [K, L]
-        slot_rt = s.slot_rt.at[head_slot, lanes].set(new_t, mode="drop")
-        slot_rp = s.slot_rp.at[:, head_slot, lanes].set(new_rp, mode="drop")
+        old_t = s.ready_t.at[kids].get(mode="fill", fill_value=0)
+        old_rp = s.ready_rp.at[kids].get(mode="fill", fill_value=0)  # [K, 2]
+        new_t, new_r = _later(old_t, old_rp[:, 0], in_t, in_r)
+        new_rp = jnp.stack([new_r, old_rp[:, 1] - 1], axis=1)
+        ready_t = s.ready_t.at[kids].set(new_t, mode="drop")
+        ready_rp = s.ready_rp.at[kids].set(new_rp, mode="drop")
+        is_head = (kids < n_pad) & (s.slot_op[kid_slot] == kids)
+        head_slot = jnp.where(is_head, kid_slot, n_slots)
+        slot_rt = s.slot_rt.at[head_slot].set(new_t, mode="drop")
+        slot_rp = s.slot_rp.at[head_slot].set(new_rp, mode="drop")
 
         # 4. Device state; the chain's next op becomes the slot's head.
-        dev_t, dev_r = jnp.where(on_d, free_t, s.dev_t), jnp.where(on_d, free_r, s.dev_r)
-        on_u = devices == u_dev  # [D, L]
+        dev_t, dev_r = s.dev_t.at[d].set(free_t), s.dev_r.at[d].set(free_r)
+        u = jnp.maximum(nxt, 0)
+        u_dev = placement[u]
+        this = jnp.arange(n_slots) == i
         slot_op = jnp.where(this, nxt, s.slot_op)
         slot_dev = jnp.where(this, u_dev, s.slot_dev)
-        slot_rt = jnp.where(this, ready_t[u, lanes], slot_rt)
-        slot_rp = jnp.where(this, ready_rp[:, u, lanes][:, None], slot_rp)
-        here = slot_dev == d  # [W, L]
-        slot_free = jnp.where(here, free_t, jnp.where(this, _pick(on_u, dev_t), s.slot_free))
-        slot_free_r = jnp.where(here, free_r, jnp.where(this, _pick(on_u, dev_r), s.slot_free_r))
-        out_col = jnp.concatenate([st[None], xfer_col, arr_col])  # [1 + 2C, L]
+        slot_rt = jnp.where(this, ready_t[u], slot_rt)
+        slot_rp = jnp.where(this[:, None], ready_rp[u], slot_rp)
+        on_d = slot_dev == d
+        slot_free = jnp.where(on_d, free_t, jnp.where(this, dev_t[u_dev], s.slot_free))
+        slot_free_r = jnp.where(on_d, free_r, jnp.where(this, dev_r[u_dev], s.slot_free_r))
         return _State(
             ready_t=ready_t,
             ready_rp=ready_rp,
@@ -259,85 +212,73 @@ def simulate_lanes(
             slot_free_r=slot_free_r,
             dev_t=dev_t,
             dev_r=dev_r,
-            bus_t=jnp.where(on_d, bus_t, s.bus_t),
-            bus_r=jnp.where(on_d, bus_r, s.bus_r),
-            out=s.out.at[:, v, lanes].set(out_col),
+            bus_t=s.bus_t.at[d].set(bus_t),
+            bus_r=s.bus_r.at[d].set(bus_r),
+            start=s.start.at[v].set(st),
+            xfer=s.xfer.at[v].set(xfer_row),
+            arrival=s.arrival.at[v].set(arr_row),
         )
 
     heads = graph.chain_heads
     first = jnp.maximum(heads, 0)
-    zeros_f = jnp.zeros((n_pad, n_lanes), ftype)
-    zeros_i = jnp.zeros((n_slots, n_lanes), jnp.int32)
-    parents = jnp.broadcast_to(graph.n_parents[:, None], (n_pad, n_lanes))
+    zeros_f = jnp.zeros(n_pad, ftype)
     init = _State(
         ready_t=zeros_f,
-        ready_rp=jnp.stack([jnp.zeros_like(parents), parents]),
-        slot_op=jnp.broadcast_to(heads[:, None], (n_slots, n_lanes)),
-        slot_dev=placements[first],
-        slot_rt=jnp.zeros((n_slots, n_lanes), ftype),
-        slot_rp=jnp.stack([zeros_i, parents[first]]),
-        slot_free=jnp.zeros((n_slots, n_lanes), ftype),
-        slot_free_r=zeros_i,
-        dev_t=jnp.zeros((n_dev, n_lanes), ftype),
-        dev_r=jnp.zeros((n_dev, n_lanes), jnp.int32),
-        bus_t=jnp.zeros((n_dev, n_lanes), ftype),
-        bus_r=jnp.zeros((n_dev, n_lanes), jnp.int32),
-        out=jnp.concatenate(
-            [zeros_f[None], jnp.full((2 * n_sends, n_pad, n_lanes), -jnp.inf, ftype)]
-        ),
+        ready_rp=jnp.stack([jnp.zeros(n_pad, jnp.int32), graph.n_parents], axis=1),
+        slot_op=heads,
+        slot_dev=placement[first],
+        slot_rt=jnp.zeros(n_slots, ftype),
+        slot_rp=jnp.stack([jnp.zeros(n_slots, jnp.int32), graph.n_parents[first]], axis=1),
+        slot_free=jnp.zeros(n_slots, ftype),
+        slot_free_r=jnp.zeros(n_slots, jnp.int32),
+        dev_t=jnp.zeros(n_dev, ftype),
+        dev_r=jnp.zeros(n_dev, jnp.int32),
+        bus_t=jnp.zeros(n_dev, ftype),
+        bus_r=jnp.zeros(n_dev, jnp.int32),
+        start=zeros_f,
+        xfer=jnp.full((n_pad, n_sends), -jnp.inf, ftype),
+        arrival=jnp.full((n_pad, n_sends), -jnp.inf, ftype),
     )
     final = jax.lax.fori_loop(0, graph.n_ops, step, init)
-    start = final.out[0]  # [Np, L]
-    end = start + duration  # as in the loop (`_after`), for every op
-    xfer, arrival = final.out[1 : 1 + n_sends], final.out[1 + n_sends :]  # [C, Np, L]
+    end = final.start + duration  # as in the loop (`_after`), for every op
+    xfer, arrival = final.xfer, final.arrival
     if broadcast:  # one transfer per op serves all its remote consumer devices
-        xfer, arrival = xfer[0][:, None], arrival[0][:, None]  # [Np, 1, L]
-    else:
-        xfer, arrival = jnp.moveaxis(xfer, 0, 1), jnp.moveaxis(arrival, 0, 1)  # [Np, D, L]
-    peak = jax.vmap(
-        lambda p, s, e, x, a: _finish(graph, p, s, e, x, a, n_dev, broadcast),
-        in_axes=-1,
-        out_axes=-1,
-    )(placements, start, end, xfer, arrival)
-    return SimOutput(makespan=jnp.max(end, axis=0), start=start, end=end, **peak)
-
-
-def _finish(graph, placement, start, end, xfer, arrival, n_dev, broadcast) -> dict:
-    """One placement's transfer rows [Np, D] (with broadcast, the op's one transfer on every
-    device that consumes it remotely) and peak memory [D]."""
-    if broadcast:
         child_dev = placement.at[graph.children].get(mode="fill", fill_value=-1)  # [Np, K]
         remote = (child_dev >= 0) & (child_dev != placement[:, None])  # [Np, K]
-        devices = jnp.arange(n_dev, dtype=jnp.int32)
         needs = jnp.any(remote[:, :, None] & (child_dev[:, :, None] == devices), axis=1)
         xfer = jnp.where(needs, xfer, -jnp.inf)  # [Np, D]
         arrival = jnp.where(needs, arrival, -jnp.inf)
-    peak = peak_memory(graph, placement, start, end, arrival, n_dev, broadcast)
-    return {"peak_memory": peak, "transfer_start": xfer, "arrival": arrival}
+    peak = peak_memory(graph, placement, final.start, end, arrival, n_dev, broadcast)
+    return SimOutput(
+        makespan=jnp.max(end),
+        start=final.start,
+        end=end,
+        peak_memory=peak,
+        transfer_start=xfer,
+        arrival=arrival,
+    )
 
 
-def _broadcast_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote):
-    """One transfer of the op's output (ended at stamp (et, er), [L]) serves every remote
-    consumer. Returns the bus's new free stamp, the transfer's start and arrival ([1, L] µs, -inf
-    if none) and each consumer's input stamp ([K, L] µs, [K, L] rounds)."""
-    sends = jnp.any(remote, axis=0)
+def _broadcast_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote, devices):
+    """One transfer of the op's output (ended at stamp (et, er)) serves every remote consumer.
+    Returns the bus's new free stamp, the transfer's start and arrival ([1] µs, -inf if none) and
+    each consumer's input stamp ([K] µs, [K] rounds)."""
+    sends = jnp.any(remote)
     x_t, x_r = _later(bus_t, bus_r, et, er)
     a_t, a_r = _after(x_t, x_r, xfer_v)
     b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
     bus_t, bus_r = jnp.where(sends, b_t, bus_t), jnp.where(sends, b_r, bus_r)
-    xfer_col = jnp.where(sends, x_t, -jnp.inf)[None]
-    arr_col = jnp.where(sends, a_t, -jnp.inf)[None]
-    return bus_t, bus_r, xfer_col, arr_col, jnp.where(remote, a_t, et), jnp.where(remote, a_r, er)
+    xfer_row = jnp.where(sends, x_t, -jnp.inf)[None]
+    arr_row = jnp.where(sends, a_t, -jnp.inf)[None]
+    return bus_t, bus_r, xfer_row, arr_row, jnp.where(remote, a_t, et), jnp.where(remote, a_r, er)
 
 
-def _per_device_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote):
+def _per_device_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote, devices):
     """One transfer per remote consumer device, in device order; returns as `_broadcast_send`
-    with [D, L] transfer columns."""
-    n_dev = cluster.speed.shape[0]
-    to = kid_dev[:, None] == jnp.arange(n_dev, dtype=jnp.int32)[:, None]  # [K, D, L]
-    need = jnp.any(remote[:, None] & to, axis=0)  # [D, L]
-    arr_t, arr_r, xfer_col = [], [], []
-    for dest in range(n_dev):
+    with [D] transfer rows."""
+    need = jnp.any(remote[:, None] & (kid_dev[:, None] == devices), axis=0)  # [D]
+    arr_t, arr_r, xfer_row = [], [], []
+    for dest in range(devices.shape[0]):
         x_t, x_r = _later(bus_t, bus_r, et, er)
         a_t, a_r = _after(x_t, x_r, xfer_v)
         b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
@@ -345,14 +286,11 @@ def _per_device_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote):
         bus_r = jnp.where(need[dest], b_r, bus_r)
         arr_t.append(jnp.where(need[dest], a_t, -jnp.inf))
         arr_r.append(a_r)
-        xfer_col.append(jnp.where(need[dest], x_t, -jnp.inf))
-    arr_t, arr_r, xfer_col = jnp.stack(arr_t), jnp.stack(arr_r), jnp.stack(xfer_col)
-    in_t = jnp.where(remote, jnp.max(jnp.where(to, arr_t, -jnp.inf), axis=1), et)
-    in_r = jnp.where(remote, jnp.max(jnp.where(to, arr_r, 0), axis=1), er)
-    return bus_t, bus_r, xfer_col, arr_t, in_t, in_r
-
-
-_SIMULATE = {b: _one(b) for b in (False, True)}
+        xfer_row.append(jnp.where(need[dest], x_t, -jnp.inf))
+    arr_t, arr_r, xfer_row = jnp.stack(arr_t), jnp.stack(arr_r), jnp.stack(xfer_row)
+    in_t = jnp.where(remote, _pick_device(arr_t, kid_dev, -jnp.inf), et)
+    in_r = jnp.where(remote, _pick_device(arr_r, kid_dev, 0), er)
+    return bus_t, bus_r, xfer_row, arr_t, in_t, in_r
 
 
 def peak_memory(
