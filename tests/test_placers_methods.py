@@ -36,7 +36,12 @@ def test_methods_are_listed_with_one_line_each():
         assert method.name == name and method.summary and "\n" not in method.summary
 
 
-@pytest.mark.parametrize("name", list(METHODS))
+LEARNED = ("rnn", "hierarchical")  # trained per graph: tests/test_learned_placers.py
+# the learned placers compile a policy per graph size: here only in the slow suite
+ALL_METHODS = [pytest.param(m, marks=pytest.mark.slow) if m in LEARNED else m for m in METHODS]
+
+
+@pytest.mark.parametrize("name", ALL_METHODS)
 def test_valid_placement_and_result(name):
     graph, cluster = layered(40, seed=3), Cluster(n_devices=3)
     result = run_method(name, graph, cluster, KEY, budget=BUDGET)
@@ -52,7 +57,7 @@ def test_valid_placement_and_result(name):
     assert np.array_equal(placement, result.placement)  # a function of the key
 
 
-@pytest.mark.parametrize("name", list(METHODS))
+@pytest.mark.parametrize("name", ALL_METHODS)
 def test_colocation_is_respected(name):
     base = layered(24, seed=4)
     groups = np.full(24, -1)
