@@ -15,7 +15,7 @@ step, in the order in which the event-driven simulation would start them:
   start = max(bus free, op end), arrival = start + bytes / bandwidth, bus free = arrival + delta2.
 
 Cost per placement: O(N (W + K + D)) for N ops, W chains, K max out-degree, D devices, plus an
-O(N D log N) sort for peak memory.
+O(N log N) sort for peak memory (O(N D log N) without broadcast).
 """
 
 from __future__ import annotations
