@@ -197,6 +197,13 @@ def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     cost = json.loads((tmp_path / "table1" / "training_cost.json").read_text())
     assert {r["method"] for r in cost} == set(table1.LEARNED)
     assert all(0 <= r["evaluations_to_5pct"] <= r["evaluations"] for r in cost)
+    for r in cost:  # the headline ratio only where both the RNN and the method improved
+        if not r["improved"]:
+            assert r["rnn_over_this_evals_to_5pct"] is None
+    fits = json.loads((tmp_path / "table1" / "fits_memory.json").read_text())
+    assert all(isinstance(f[m], bool) for f in fits for m in table1.BASELINES + table1.LEARNED)
+    walls = json.loads((tmp_path / "table1" / "wall_s.json").read_text())
+    assert all(w[m] >= 0 for w in walls for m in table1.BASELINES + table1.LEARNED)
     assert "## Training cost of the learned methods" in readme.read_text()
     assert (tmp_path / "table1" / "curve_layered_12_d2.png").is_file()
 
