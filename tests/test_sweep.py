@@ -181,6 +181,7 @@ def test_greedy_makespans_are_exact_and_never_worse_than_the_initial(grid_runs):
     assert np.all(runs[0].makespans >= 300.0)  # a chain of three ops at least
 
 
+@pytest.mark.slow  # about 50 s of compilation; the default suite's budget is 10 minutes
 def test_a_sweep_writes_its_report_with_the_best_row_first(tmp_path, monkeypatch):
     path = tmp_path / "g.json"
     save_graph(GRAPH, path)
