@@ -138,7 +138,13 @@ def run_method(
         raise ValueError(f"unknown placement method {name!r}; choose one of {', '.join(METHODS)}")
     began = time.perf_counter()
     solution = METHODS[name].solve(graph, cluster, key, budget)
-    wall = time.perf_counter() - began
+    return scored(name, graph, cluster, solution, time.perf_counter() - began)
+
+
+def scored(
+    name: str, graph: Graph, cluster: Cluster, solution: Solution, wall_s: float
+) -> PlacerResult:
+    """`solution` of method `name` (found in `wall_s` seconds) scored on the simulator."""
     result = simulate(graph, cluster, solution.placement)
     peak = np.asarray(result.peak_memory, dtype=np.float64)
     return PlacerResult(
@@ -148,7 +154,7 @@ def run_method(
         peak_memory=peak,
         fits_memory=bool(np.all(peak <= cluster.memory_array)),
         evaluations=solution.evaluations,
-        wall_s=wall,
+        wall_s=wall_s,
         estimate=solution.estimate,
     )
 
@@ -165,5 +171,6 @@ __all__ = [
     "random_batch",
     "round_robin",
     "run_method",
+    "scored",
     "single",
 ]

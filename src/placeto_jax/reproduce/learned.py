@@ -6,15 +6,13 @@ from __future__ import annotations
 import time
 
 import jax
-import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers import PlacerResult
+from placeto_jax.placers import PlacerResult, scored
 from placeto_jax.placers.hierarchical import train_hierarchical
 from placeto_jax.placers.rnn import train_rnn
 from placeto_jax.reproduce.placeto import Curve
-from placeto_jax.sim.api import simulate
 
 TRAINERS = {"rnn": train_rnn, "hierarchical": train_hierarchical}
 
@@ -26,16 +24,5 @@ def train(
     placement, scored by the simulator, and its curve (best penalised score so far)."""
     began = time.perf_counter()
     solution, curve = TRAINERS[name](graph, cluster, key, budget)
-    wall = time.perf_counter() - began
-    result = simulate(graph, cluster, solution.placement)
-    peak = np.asarray(result.peak_memory, dtype=np.float64)
-    placed = PlacerResult(
-        method=name,
-        placement=np.asarray(solution.placement, dtype=np.int64),
-        makespan=float(result.makespan),
-        peak_memory=peak,
-        fits_memory=bool(np.all(peak <= cluster.memory_array)),
-        evaluations=solution.evaluations,
-        wall_s=wall,
-    )
+    placed = scored(name, graph, cluster, solution, time.perf_counter() - began)
     return placed, Curve.of(curve.evaluations, curve.wall_s, curve.best)
