@@ -43,7 +43,7 @@ BENCHMARK_DATA ?= ../shared/benchmarks/msr-fiddle
 
 reproduce-quick: install  ## every paper experiment with CPU-sized budgets -> results/<experiment>/
 	$(VENV)/bin/placeto-jax reproduce all --quick --data $(BENCHMARK_DATA)
-	$(VENV)/bin/placeto-jax sweep --quick --graphs family:nmt/0 --devices 4 --set lr=3e-3,1e-2 --set entropy=0.01,0.03 --seeds 2
+	$(VENV)/bin/placeto-jax sweep --quick --graphs family:nmt/0 --devices 4 --set lr=3e-3,1e-2,3e-2 --set entropy=0,0.03 --seeds 2
 
 reproduce: install  ## every paper experiment at paper scale (meant for a GPU)
 	$(VENV)/bin/placeto-jax reproduce all --full --data $(BENCHMARK_DATA)
