@@ -130,6 +130,15 @@ def test_layer_graphs_take_hardware_and_expert_splits_from_the_files(tmp_path):
     assert [c.expert_source for c in cases] == ["own", "inference"]
 
 
+def test_an_expert_split_that_does_not_fit_its_graph_is_reported_not_used(tmp_path):
+    data = _data_folder(tmp_path)
+    bad = {"fpgas": [{"nodes": [0]}, {"nodes": [1]}, {"nodes": [2]}]}  # 3 accelerators of 2
+    (data / "human-experts" / "tiny_inference_expert.json").write_text(json.dumps(bad))
+    case = benchmarks.layer_graphs(data)[0]
+    assert case.expert is None
+    assert case.expert_source.startswith("invalid (") and "accelerator 2" in case.expert_source
+
+
 def test_a_folder_without_layer_graphs_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no layer graphs"):
         benchmarks.layer_graphs(tmp_path)
@@ -220,7 +229,9 @@ def test_benchmarks_end_to_end_on_a_tiny_folder(tmp_path, monkeypatch):
     assert len(rows) == 2 and rows[0]["expert (file)"] > 0 and rows[1]["accelerators"] == 3
     for row in rows:
         assert row["best"] in row and row[row["best"]] == min(
-            v for k, v in row.items() if k not in ("file", "nodes", "accelerators", "best") and v
+            v
+            for k, v in row.items()
+            if k not in ("file", "nodes", "accelerators", "expert split", "best") and v
         )
 
 

@@ -68,7 +68,7 @@ class Case:
     graph: object  # Graph
     cluster: Cluster
     expert: np.ndarray | None  # [N] int64 device per node, from the file's expert split
-    expert_source: str  # "own", "inference" or "none"
+    expert_source: str  # "own", "inference", "none" or "invalid (why)"
 
 
 def layer_graphs(data: str | Path) -> list[Case]:
@@ -81,6 +81,12 @@ def layer_graphs(data: str | Path) -> list[Case]:
             continue
         bench = load_benchmark(path)
         split, source = expert_split_file(data, path)
+        expert = None
+        if split is not None:
+            try:
+                expert = load_expert_split(split, bench)
+            except ValueError as err:  # a split that does not fit its graph: shown, not used
+                source = f"invalid ({' '.join(str(err).split())})"
         cases.append(
             Case(
                 file=str(path.relative_to(data)),
@@ -88,7 +94,7 @@ def layer_graphs(data: str | Path) -> list[Case]:
                 cluster=Cluster(
                     n_devices=bench.max_accelerators, memory=bench.accelerator_memory_bytes
                 ),
-                expert=None if split is None else load_expert_split(split, bench),
+                expert=expert,
                 expert_source=source,
             )
         )
@@ -108,6 +114,7 @@ def run_benchmarks(
     for case in tqdm(cases, desc="benchmarks", unit="graph", disable=not progress):
         key = jax.random.key(settings.seed)
         row = {"file": case.file, "nodes": case.graph.n_ops, "accelerators": case.cluster.n_devices}
+        row["expert split"] = case.expert_source
         if case.expert is not None:
             row["expert (file)"] = (
                 float(simulate(case.graph, case.cluster, case.expert).makespan) / MS
@@ -123,7 +130,8 @@ def run_benchmarks(
             row[name] = result.makespan / MS
         bench, index = benches[case.file]
         row["placeto"] = bench.fit(index, key).best.makespan / MS
-        methods = [m for m in row if m not in ("file", "nodes", "accelerators") and row[m]]
+        info = ("file", "nodes", "accelerators", "expert split")
+        methods = [m for m in row if m not in info and row[m]]
         row["best"] = min(methods, key=lambda m: row[m])
         rows.append(row)
     recorder.table(
