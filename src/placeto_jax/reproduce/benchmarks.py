@@ -23,7 +23,7 @@ from placeto_jax.graphs.benchmark import (
 )
 from placeto_jax.placers import run_method
 from placeto_jax.reproduce import learned
-from placeto_jax.reproduce.output import Recorder
+from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.sim.api import simulate
 
@@ -122,7 +122,7 @@ def run_benchmarks(
         else:
             row["expert (file)"] = None
         for name in BASELINES:
-            budget = settings.search_budget if name in ("local-search", "cross-entropy") else None
+            budget = settings.search_budget if name in SEARCH_METHODS else None
             result = run_method(name, case.graph, case.cluster, key, budget)
             row[name] = result.makespan / MS
         for name in learned.TRAINERS:

@@ -17,7 +17,7 @@ from placeto_jax.config import Config, make_config, to_dict
 from placeto_jax.env.bank import prepare
 from placeto_jax.graphs.registry import load
 from placeto_jax.placers import run_method
-from placeto_jax.reproduce.output import Recorder
+from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.rl.loop import train_and_evaluate
 
@@ -123,9 +123,7 @@ def run_generalization(root: str | Path, preset: str = "quick", progress: bool =
             tuned = bench.fit(i, key, init_params=trained.state.params)
             row["fine-tuned"] = tuned.best.makespan / MS
             for method in settings.baselines:
-                budget = (
-                    settings.search_budget if method in ("local-search", "cross-entropy") else None
-                )
+                budget = settings.search_budget if method in SEARCH_METHODS else None
                 row[method] = run_method(method, graph, cluster, key, budget).makespan / MS
             rows.append(row)
     _write(recorder, settings, rows)

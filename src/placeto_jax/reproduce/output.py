@@ -22,6 +22,7 @@ import numpy as np
 
 from placeto_jax.files import atomic_write
 
+SEARCH_METHODS = ("local-search", "cross-entropy")  # the baselines that take a search budget
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "jraph", "chex", "numpy", "scipy", "pymetis")
 
 

@@ -21,7 +21,7 @@ from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import run_method
 from placeto_jax.reproduce import learned
-from placeto_jax.reproduce.output import Recorder
+from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder
 from placeto_jax.reproduce.placeto import Curve, PlacetoBench
 
 MS = 1e3  # µs
@@ -91,7 +91,7 @@ def run_table1(root: str | Path, preset: str = "quick", progress: bool = True) -
             walls = {"graph": spec, "devices": n_devices}
             fit = {"graph": spec, "devices": n_devices}
             for name in BASELINES:
-                budget = settings.search_budget if name in search_methods() else None
+                budget = settings.search_budget if name in SEARCH_METHODS else None
                 result = run_method(name, graph, cluster, key, budget)
                 row[name], walls[name] = result.makespan / MS, result.wall_s
                 fit[name] = result.fits_memory
@@ -124,10 +124,6 @@ def run_table1(root: str | Path, preset: str = "quick", progress: bool = True) -
     bar.close()
     _write(recorder, quality, cost, wall, memory, curves)
     return recorder.finish(_header_config(settings), [settings.seed], NOTES)
-
-
-def search_methods() -> tuple[str, ...]:
-    return ("local-search", "cross-entropy")
 
 
 def _learned(
