@@ -11,6 +11,7 @@ from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.graphs.generators import layered
 from placeto_jax.placers import METHODS, PLACERS, run_method
 from placeto_jax.placers.expert import propagate, tag_devices
+from placeto_jax.placers.search import Scorer, batch_rows
 
 KEY = jax.random.key(0)
 BUDGET = 256
@@ -98,6 +99,21 @@ def test_search_budget_is_counted():
     assert run_method("local-search", graph, cluster, KEY, budget=200).evaluations <= 200
     with pytest.raises(ValueError, match="budget"):
         run_method("random-search", graph, cluster, KEY, budget=0)
+
+
+def test_small_batches_are_padded_to_a_power_of_two():
+    rows = [batch_rows(n) for n in (1, 2, 3, 5, 129, 256, 257, 600)]
+    assert rows == [1, 2, 4, 8, 256, 256, 512, 768]
+
+
+def test_scores_do_not_depend_on_the_batch_they_are_in():
+    graph, cluster = layered(30, seed=6), Cluster(n_devices=3)
+    placements = np.random.default_rng(0).integers(0, 3, (5, graph.n_ops))
+    scorer = Scorer(graph, cluster)
+    alone = [scorer(p[None])[0] for p in placements]
+    np.testing.assert_allclose(scorer(placements), alone, rtol=1e-6)
+    expected = simulate(graph, cluster, placements[2]).makespan
+    np.testing.assert_allclose(alone[2], expected, rtol=1e-6)
 
 
 def test_unknown_method_is_named():

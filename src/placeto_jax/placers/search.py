@@ -1,7 +1,8 @@
 """Search over placements with the vectorised simulator, under a budget of simulator evaluations.
 
-Every candidate is scored by `simulate_batch` in batches of `BATCH` placements (a batch that is
-not full is padded with copies of its first row, which are not counted as evaluations):
+Every candidate is scored by `simulate_batch` in batches of at most `BATCH` placements (a smaller
+batch is padded with copies of its first row to the next power of two, so that a handful of batch
+shapes is compiled per graph; padding rows are not counted as evaluations):
 
 * `random_search`: uniform random placements, keep the best.
 * `local_search`: greedy per-node search, Placeto's action space without a policy: visit the ops
@@ -45,10 +46,10 @@ class Scorer:
     cluster: Cluster
 
     def __call__(self, placements: np.ndarray) -> np.ndarray:
-        """[B] scores (µs) of placements [B, N], simulated in padded batches of `BATCH`."""
+        """[B] scores (µs) of placements [B, N], simulated in padded batches (`batch_rows`)."""
         n_rows = placements.shape[0]
         n_pad = padded(self.graph).n_pad
-        rows = -(-n_rows // BATCH) * BATCH
+        rows = batch_rows(n_rows)
         batch = np.zeros((rows, n_pad), dtype=np.int32)
         batch[:, : self.graph.n_ops] = placements[0]
         batch[:n_rows, : self.graph.n_ops] = placements
@@ -59,6 +60,13 @@ class Scorer:
             self.cluster.broadcast,
         )
         return penalised(out.makespan[:n_rows], out.peak_memory[:n_rows], self.cluster)
+
+
+def batch_rows(n_rows: int) -> int:
+    """Rows simulated for `n_rows` placements: a multiple of `BATCH`, or a power of two below it."""
+    if n_rows >= BATCH:
+        return -(-n_rows // BATCH) * BATCH
+    return 1 << max(0, n_rows - 1).bit_length()
 
 
 def penalised(makespan, peak_memory, cluster: Cluster) -> np.ndarray:
