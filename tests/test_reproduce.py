@@ -139,6 +139,19 @@ def test_an_expert_split_that_does_not_fit_its_graph_is_reported_not_used(tmp_pa
     assert case.expert_source.startswith("invalid (") and "accelerator 2" in case.expert_source
 
 
+def test_best_benchmark_method_prefers_placements_that_fit():
+    outcome = benchmarks.Outcome
+    results = {
+        "expert (file)": outcome(None, None, None),
+        "single": outcome(5.0, False, 0.1),
+        "metis": outcome(7.0, True, 0.2),
+        "heft": outcome(6.0, True, 0.3),
+    }
+    assert benchmarks.best_method(results) == "heft"
+    overflowing = {m: outcome(r.makespan_ms, False, r.wall_s) for m, r in results.items()}
+    assert benchmarks.best_method(overflowing) == "single (none fits)"
+
+
 def test_a_folder_without_layer_graphs_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no layer graphs"):
         benchmarks.layer_graphs(tmp_path)
@@ -225,14 +238,17 @@ def test_benchmarks_end_to_end_on_a_tiny_folder(tmp_path, monkeypatch):
     monkeypatch.setitem(benchmarks.PRESETS, "quick", settings)
     data = _data_folder(tmp_path / "data")
     benchmarks.run_benchmarks(tmp_path / "out", data, "quick", progress=False)
-    rows = json.loads((tmp_path / "out" / "benchmarks" / "makespan.json").read_text())
+    out = tmp_path / "out" / "benchmarks"
+    rows = json.loads((out / "makespan.json").read_text())
+    fits = json.loads((out / "fits_memory.json").read_text())
     assert len(rows) == 2 and rows[0]["expert (file)"] > 0 and rows[1]["accelerators"] == 3
-    for row in rows:
-        assert row["best"] in row and row[row["best"]] == min(
-            v
-            for k, v in row.items()
-            if k not in ("file", "nodes", "accelerators", "expert split", "best") and v
-        )
+    methods = ["expert (file)", *benchmarks.BASELINES, "rnn", "hierarchical", "placeto"]
+    for row, fit in zip(rows, fits, strict=True):
+        fitting = [m for m in methods if fit[m]]
+        assert fitting, "the tiny graphs fit memory on one device"
+        assert row[row["best"]] == min(row[m] for m in fitting)
+    walls = json.loads((out / "wall_s.json").read_text())
+    assert all(w[m] >= 0 for w in walls for m in methods[1:])
 
 
 @pytest.mark.slow

@@ -110,43 +110,101 @@ def run_benchmarks(
     cases = layer_graphs(data)  # every file is read (and checked) before any work starts
     recorder = Recorder(root, "benchmarks", preset)
     benches = _placeto_benches(cases, settings)
-    rows = []
+    quality, memory, wall = [], [], []
     for case in tqdm(cases, desc="benchmarks", unit="graph", disable=not progress):
-        key = jax.random.key(settings.seed)
-        row = {"file": case.file, "nodes": case.graph.n_ops, "accelerators": case.cluster.n_devices}
-        row["expert split"] = case.expert_source
-        if case.expert is not None:
-            row["expert (file)"] = (
-                float(simulate(case.graph, case.cluster, case.expert).makespan) / MS
-            )
-        else:
-            row["expert (file)"] = None
-        for name in BASELINES:
-            budget = settings.search_budget if name in SEARCH_METHODS else None
-            result = run_method(name, case.graph, case.cluster, key, budget)
-            row[name] = result.makespan / MS
-        for name in learned.TRAINERS:
-            result, _ = learned.train(name, case.graph, case.cluster, key, settings.learned_budget)
-            row[name] = result.makespan / MS
-        bench, index = benches[case.file]
-        row["placeto"] = bench.fit(index, key).best.makespan / MS
-        info = ("file", "nodes", "accelerators", "expert split")
-        methods = [m for m in row if m not in info and row[m]]
-        row["best"] = min(methods, key=lambda m: row[m])
-        rows.append(row)
-    recorder.table(
-        "makespan",
-        "Makespan (ms) per layer graph",
-        rows,
-        note="Each file's accelerator count and memory; placeto-k80 timing constants. "
-        "`expert (file)` is the human-expert split that comes with the data.",
-    )
+        results = _run_case(case, settings, benches)
+        quality.append(
+            {
+                "file": case.file,
+                "nodes": case.graph.n_ops,
+                "accelerators": case.cluster.n_devices,
+                "expert split": case.expert_source,
+                **{m: r.makespan_ms for m, r in results.items()},
+                "best": best_method(results),
+            }
+        )
+        memory.append({"file": case.file, **{m: r.fits_memory for m, r in results.items()}})
+        wall.append({"file": case.file, **{m: r.wall_s for m, r in results.items()}})
+    _write(recorder, quality, memory, wall)
     header = {
         "data": str(data),
         **dataclasses.asdict(settings),
         "placeto_config": to_dict(make_config("tiny", list(settings.placeto))),
     }
     return recorder.finish(header, [settings.seed], NOTES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One method's placement of one layer graph."""
+
+    makespan_ms: float | None  # None: the method gave no placement (no valid expert split)
+    fits_memory: bool | None
+    wall_s: float | None  # s, compilation included
+
+
+def _run_case(
+    case: Case, settings: Settings, benches: dict[str, tuple[PlacetoBench, int]]
+) -> dict[str, Outcome]:
+    """Every method on one layer graph, in table order."""
+    key = jax.random.key(settings.seed)
+    out = {"expert (file)": _expert(case)}
+    for name in BASELINES:
+        budget = settings.search_budget if name in SEARCH_METHODS else None
+        result = run_method(name, case.graph, case.cluster, key, budget)
+        out[name] = Outcome(result.makespan / MS, result.fits_memory, result.wall_s)
+    for name in learned.TRAINERS:
+        result, _ = learned.train(name, case.graph, case.cluster, key, settings.learned_budget)
+        out[name] = Outcome(result.makespan / MS, result.fits_memory, result.wall_s)
+    bench, index = benches[case.file]
+    fit = bench.fit(index, key)
+    out["placeto"] = Outcome(
+        fit.best.makespan / MS, fit.best.fits_memory, float(fit.curve.wall_s[-1])
+    )
+    return out
+
+
+def _expert(case: Case) -> Outcome:
+    if case.expert is None:
+        return Outcome(None, None, None)
+    result = simulate(case.graph, case.cluster, case.expert)
+    fits = bool(np.all(np.asarray(result.peak_memory) <= case.cluster.memory_array))
+    return Outcome(float(result.makespan) / MS, fits, None)
+
+
+def best_method(results: dict[str, Outcome]) -> str:
+    """The method with the shortest makespan among placements that fit memory; if none fits,
+    the shortest overall, marked "(none fits)"."""
+    placed = {m: r for m, r in results.items() if r.makespan_ms is not None}
+    fitting = {m: r for m, r in placed.items() if r.fits_memory}
+    pool = fitting or placed
+    best = min(pool, key=lambda m: pool[m].makespan_ms)
+    return best if fitting else f"{best} (none fits)"
+
+
+def _write(recorder: Recorder, quality: list, memory: list, wall: list) -> None:
+    recorder.table(
+        "makespan",
+        "Makespan (ms) per layer graph",
+        quality,
+        note="Each file's accelerator count and memory; placeto-k80 timing constants. "
+        "`expert (file)` is the human-expert split that comes with the data. `best` is the "
+        "fastest placement that fits every accelerator's memory (see the next table).",
+    )
+    recorder.table(
+        "fits_memory",
+        "Does the placement fit accelerator memory?",
+        memory,
+        note="The files give each accelerator's memory; a placement that overflows it would not "
+        "run, whatever its makespan above.",
+    )
+    recorder.table(
+        "wall_s",
+        "Wall time (s) per method",
+        wall,
+        note="Including any JIT compilation the method triggered (the first graph of a size "
+        "pays for it).",
+    )
 
 
 def _placeto_benches(cases: list[Case], settings: Settings) -> dict[str, tuple[PlacetoBench, int]]:
