@@ -43,8 +43,8 @@ class Settings:
 
 PRESETS = {
     "quick": Settings(
-        search_budget=512,
-        learned_budget=512,
+        search_budget=256,
+        learned_budget=256,
         placeto=("train.iterations=10", "train.episodes=16", "run.group_target=32"),
     ),
     "full": Settings(

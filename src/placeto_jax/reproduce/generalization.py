@@ -15,6 +15,8 @@ from tqdm.auto import tqdm
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config, make_config, to_dict
 from placeto_jax.env.bank import prepare
+from placeto_jax.graphs import families
+from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import load
 from placeto_jax.placers import run_method
 from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder
@@ -31,6 +33,7 @@ class Settings:
 
     families: tuple[str, ...]
     devices: int
+    train_graphs: int  # first K train graphs of each family the policy trains on (0: all)
     test_graphs: int  # first K test graphs of each family (0: all)
     family_training: tuple[str, ...]  # config overrides (tiny preset) of the family policy
     per_graph_iterations: int  # updates of the from-scratch and fine-tuning runs
@@ -44,7 +47,8 @@ PRESETS = {
     "quick": Settings(
         families=("cifar10", "ptb", "nmt"),
         devices=4,
-        test_graphs=3,
+        train_graphs=12,
+        test_graphs=2,
         family_training=("train.iterations=30", "train.episodes=24", "run.group_target=32"),
         per_graph_iterations=10,
         baselines=("single", "random", "metis", "heft", "m-etf", "local-search"),
@@ -53,6 +57,7 @@ PRESETS = {
     "full": Settings(
         families=("cifar10", "ptb", "nmt"),
         devices=4,
+        train_graphs=0,
         test_graphs=0,
         family_training=(
             "train.iterations=400",
@@ -101,9 +106,11 @@ def run_generalization(root: str | Path, preset: str = "quick", progress: bool =
     target = family.run.group_target
     rows = []
     for name in settings.families:
-        train = [prepare(n, g, target, cluster.delta1) for n, g in load(f"family:{name}/train")]
-        tests = load(f"family:{name}/test")
-        tests = tests[: settings.test_graphs or len(tests)]
+        train = [
+            prepare(n, g, target, cluster.delta1)
+            for n, g in _split(name, "train", settings.train_graphs)
+        ]
+        tests = _split(name, "test", settings.test_graphs)
         trained = train_and_evaluate(
             family,
             train,
@@ -133,6 +140,12 @@ def run_generalization(root: str | Path, preset: str = "quick", progress: bool =
         "per_graph_config": to_dict(short),
     }
     return recorder.finish(header, [settings.seed], NOTES)
+
+
+def _split(family: str, split: str, k: int) -> list[tuple[str, Graph]]:
+    """(name, graph) of the first `k` graphs of a family's split (all for k = 0)."""
+    indices = families.SPLITS[split]
+    return [(n, load(n)) for n in (f"family:{family}/{i}" for i in indices[: k or len(indices)])]
 
 
 def relative_to_best_baseline(rows: list[dict], baselines: tuple[str, ...]) -> list[dict]:

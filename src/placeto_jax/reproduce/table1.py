@@ -48,8 +48,8 @@ PRESETS = {
     "quick": Settings(
         graphs=GRAPHS,
         devices=(2, 4),
-        search_budget=1024,
-        learned_budget=1024,
+        search_budget=512,
+        learned_budget=512,
         placeto=("train.iterations=20", "train.episodes=16", "run.eval_every=5"),
     ),
     "full": Settings(
