@@ -16,7 +16,7 @@ from placeto_jax.cli import main
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
 from placeto_jax.reproduce import benchmarks, generalization, table1
-from placeto_jax.reproduce.output import Recorder, cell, markdown_table, to_csv
+from placeto_jax.reproduce.output import Recorder, cell, fastest, markdown_table, to_csv
 from placeto_jax.reproduce.placeto import Curve, PlacetoBench
 from placeto_jax.rl.loop import cluster_of
 
@@ -139,17 +139,13 @@ def test_an_expert_split_that_does_not_fit_its_graph_is_reported_not_used(tmp_pa
     assert case.expert_source.startswith("invalid (") and "accelerator 2" in case.expert_source
 
 
-def test_best_benchmark_method_prefers_placements_that_fit():
-    outcome = benchmarks.Outcome
-    results = {
-        "expert (file)": outcome(None, None, None),
-        "single": outcome(5.0, False, 0.1),
-        "metis": outcome(7.0, True, 0.2),
-        "heft": outcome(6.0, True, 0.3),
-    }
-    assert benchmarks.best_method(results) == "heft"
-    overflowing = {m: outcome(r.makespan_ms, False, r.wall_s) for m, r in results.items()}
-    assert benchmarks.best_method(overflowing) == "single (none fits)"
+def test_the_fastest_method_is_one_whose_placement_fits():
+    results = {"expert": (None, None), "single": (5.0, False), "metis": (7.0, True)}
+    assert fastest({**results, "heft": (6.0, True)}) == ("heft", True)
+    overflowing = {m: (t, False if t else None) for m, (t, _) in results.items()}
+    assert fastest(overflowing) == ("single", False)
+    with pytest.raises(ValueError, match="no method"):
+        fastest({"expert": (None, None)})
 
 
 def test_a_folder_without_layer_graphs_is_a_clear_error(tmp_path):

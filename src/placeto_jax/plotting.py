@@ -61,9 +61,25 @@ def gantt(
     path: str | os.PathLike,
 ) -> None:
     """Draw the schedule of one placement and write it atomically to `path` as PNG."""
-    lanes = schedule_lanes(graph, cluster, placement, result)
-    fig = Figure(figsize=(12.0, 1.2 + 0.35 * len(lanes)), layout="constrained")
+    fig = Figure(layout="constrained")
     FigureCanvasAgg(fig)
+    draw_gantt(fig, graph, cluster, placement, result)
+    with atomic_write(path) as file:
+        fig.savefig(file, format="png", dpi=100)
+
+
+def draw_gantt(
+    fig: Figure,
+    graph: Graph,
+    cluster: Cluster,
+    placement: np.ndarray,
+    result: SimResult,
+    label: str = "",
+) -> None:
+    """Draw the schedule of one placement on `fig` (resized to fit its lanes); `label` opens
+    the title."""
+    lanes = schedule_lanes(graph, cluster, placement, result)
+    fig.set_size_inches(12.0, 1.2 + 0.35 * len(lanes))
     ax = fig.add_subplot()
     for i, lane in enumerate(lanes):
         colours = _COLOURS[lane.ops % len(_COLOURS)].tolist()
@@ -77,11 +93,9 @@ def gantt(
     ax.set_xlabel("time (ms)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(
-        f"makespan {float(result.makespan) / 1e3:.3f} ms: {graph.n_ops} ops on "
+        f"{label}makespan {float(result.makespan) / 1e3:.3f} ms: {graph.n_ops} ops on "
         f"{cluster.n_devices} devices ({cluster.name})"
     )
-    with atomic_write(path) as file:
-        fig.savefig(file, format="png", dpi=100)
 
 
 def _transfer_bars(result: SimResult, broadcast: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ from placeto_jax.graphs.benchmark import (
 )
 from placeto_jax.placers import run_method
 from placeto_jax.reproduce import learned
-from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder
+from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.sim.api import simulate
 
@@ -113,6 +113,7 @@ def run_benchmarks(
     quality, memory, wall = [], [], []
     for case in tqdm(cases, desc="benchmarks", unit="graph", disable=not progress):
         results = _run_case(case, settings, benches)
+        best, fits = fastest({m: (r.makespan_ms, r.fits_memory) for m, r in results.items()})
         quality.append(
             {
                 "file": case.file,
@@ -120,11 +121,19 @@ def run_benchmarks(
                 "accelerators": case.cluster.n_devices,
                 "expert split": case.expert_source,
                 **{m: r.makespan_ms for m, r in results.items()},
-                "best": best_method(results),
+                "best": best if fits else f"{best} (none fits)",
             }
         )
         memory.append({"file": case.file, **{m: r.fits_memory for m, r in results.items()}})
         wall.append({"file": case.file, **{m: r.wall_s for m, r in results.items()}})
+        recorder.gantt(
+            "gantt_" + Path(case.file).with_suffix("").as_posix().replace("/", "_"),
+            f"Best placement: {case.file}",
+            case.graph,
+            case.cluster,
+            results[best].placement,
+            best,
+        )
     _write(recorder, quality, memory, wall)
     header = {
         "data": str(data),
@@ -141,6 +150,7 @@ class Outcome:
     makespan_ms: float | None  # None: the method gave no placement (no valid expert split)
     fits_memory: bool | None
     wall_s: float | None  # s, compilation included
+    placement: np.ndarray | None  # [N] int64 device per node
 
 
 def _run_case(
@@ -152,34 +162,27 @@ def _run_case(
     for name in BASELINES:
         budget = settings.search_budget if name in SEARCH_METHODS else None
         result = run_method(name, case.graph, case.cluster, key, budget)
-        out[name] = Outcome(result.makespan / MS, result.fits_memory, result.wall_s)
+        out[name] = _outcome(result, result.wall_s)
     for name in learned.TRAINERS:
         result, _ = learned.train(name, case.graph, case.cluster, key, settings.learned_budget)
-        out[name] = Outcome(result.makespan / MS, result.fits_memory, result.wall_s)
+        out[name] = _outcome(result, result.wall_s)
     bench, index = benches[case.file]
     fit = bench.fit(index, key)
-    out["placeto"] = Outcome(
-        fit.best.makespan / MS, fit.best.fits_memory, float(fit.curve.wall_s[-1])
-    )
+    out["placeto"] = _outcome(fit.best, float(fit.curve.wall_s[-1]))
     return out
+
+
+def _outcome(result, wall_s: float) -> Outcome:
+    """From a PlacerResult or a Placeto Placement (makespan µs)."""
+    return Outcome(result.makespan / MS, result.fits_memory, wall_s, result.placement)
 
 
 def _expert(case: Case) -> Outcome:
     if case.expert is None:
-        return Outcome(None, None, None)
+        return Outcome(None, None, None, None)
     result = simulate(case.graph, case.cluster, case.expert)
     fits = bool(np.all(np.asarray(result.peak_memory) <= case.cluster.memory_array))
-    return Outcome(float(result.makespan) / MS, fits, None)
-
-
-def best_method(results: dict[str, Outcome]) -> str:
-    """The method with the shortest makespan among placements that fit memory; if none fits,
-    the shortest overall, marked "(none fits)"."""
-    placed = {m: r for m, r in results.items() if r.makespan_ms is not None}
-    fitting = {m: r for m, r in placed.items() if r.fits_memory}
-    pool = fitting or placed
-    best = min(pool, key=lambda m: pool[m].makespan_ms)
-    return best if fitting else f"{best} (none fits)"
+    return Outcome(float(result.makespan) / MS, fits, None, case.expert)
 
 
 def _write(recorder: Recorder, quality: list, memory: list, wall: list) -> None:

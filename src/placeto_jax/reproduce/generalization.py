@@ -19,7 +19,7 @@ from placeto_jax.graphs import families
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import load
 from placeto_jax.placers import run_method
-from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder
+from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.rl.loop import train_and_evaluate
 
@@ -131,15 +131,25 @@ def run_generalization(root: str | Path, preset: str = "quick", progress: bool =
             tqdm(tests, desc=f"{name} test", unit="graph", disable=not progress)
         ):
             key = jax.random.key(settings.seed)
-            row = {"family": name, "graph": graph_name, "ops": graph.n_ops}
-            row["zero-shot"] = bench.place(trained.state.params, i).makespan / MS
-            row["from-scratch"] = bench.fit(i, key).best.makespan / MS
-            tuned = bench.fit(i, key, init_params=trained.state.params)
-            row["fine-tuned"] = tuned.best.makespan / MS
+            found = {
+                "zero-shot": bench.place(trained.state.params, i),
+                "from-scratch": bench.fit(i, key).best,
+                "fine-tuned": bench.fit(i, key, init_params=trained.state.params).best,
+            }
             for method in settings.baselines:
                 budget = settings.search_budget if method in SEARCH_METHODS else None
-                row[method] = run_method(method, graph, cluster, key, budget).makespan / MS
-            rows.append(row)
+                found[method] = run_method(method, graph, cluster, key, budget)
+            row = {"family": name, "graph": graph_name, "ops": graph.n_ops}
+            rows.append(row | {m: r.makespan / MS for m, r in found.items()})
+            winner, _ = fastest({m: (r.makespan, r.fits_memory) for m, r in found.items()})
+            recorder.gantt(
+                f"gantt_{graph_name.replace(':', '_').replace('/', '_')}",
+                f"Best placement: {graph_name}, {settings.devices} devices",
+                graph,
+                cluster,
+                found[winner].placement,
+                winner,
+            )
     _write(recorder, settings, rows)
     header = {
         **dataclasses.asdict(settings),

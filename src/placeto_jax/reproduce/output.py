@@ -160,6 +160,20 @@ class Recorder:
         self.sections.append(f"## {title}\n\n![{title}]({path.name})\n")
         return path
 
+    def gantt(
+        self, name: str, title: str, graph, cluster, placement: np.ndarray, method: str
+    ) -> Path:
+        """A Gantt chart of `placement` (found by `method`), simulated exactly, as `name.png`."""
+        from placeto_jax.plotting import draw_gantt
+        from placeto_jax.sim.api import simulate
+
+        result = simulate(graph, cluster, np.asarray(placement))
+        return self.figure(
+            name,
+            title,
+            lambda fig: draw_gantt(fig, graph, cluster, placement, result, f"{method}: "),
+        )
+
     def finish(self, config: Mapping[str, Any], seeds: Sequence[int], notes: str = "") -> Path:
         """Write `README.md` (header, notes, every section) and `header.json`; return the
         README's path."""
@@ -174,6 +188,17 @@ class Recorder:
         path = self.directory / "README.md"
         write_text(path, "\n".join(parts + self.sections))
         return path
+
+
+def fastest(candidates: Mapping[str, tuple[float | None, bool | None]]) -> tuple[str, bool]:
+    """(method, fits) of the shortest makespan among `candidates` (method -> (makespan, fits
+    memory); makespan None: no placement) that fit memory, or among all if none fits."""
+    placed = {m: c for m, c in candidates.items() if c[0] is not None}
+    if not placed:
+        raise ValueError("no method gave a placement")
+    fitting = {m: c for m, c in placed.items() if c[1]}
+    pool = fitting or placed
+    return min(pool, key=lambda m: pool[m][0]), bool(fitting)
 
 
 def write_text(path: Path, text: str) -> None:

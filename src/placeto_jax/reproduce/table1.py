@@ -19,10 +19,11 @@ from placeto_jax.config import make_config, to_dict
 from placeto_jax.env.bank import prepare
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import resolve_graph
-from placeto_jax.placers import run_method
+from placeto_jax.placers import PlacerResult, run_method
 from placeto_jax.reproduce import learned
-from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder
+from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import Curve, PlacetoBench
+from placeto_jax.rl.evaluate import Placement
 
 MS = 1e3  # µs
 BASELINES = ("single", "expert", "metis", "heft", "m-etf", "m-sct", "local-search", "cross-entropy")
@@ -90,17 +91,19 @@ def run_table1(root: str | Path, preset: str = "quick", progress: bool = True) -
             row = {"graph": spec, "devices": n_devices}
             walls = {"graph": spec, "devices": n_devices}
             fit = {"graph": spec, "devices": n_devices}
+            placements = {}
             for name in BASELINES:
                 budget = settings.search_budget if name in SEARCH_METHODS else None
                 result = run_method(name, graph, cluster, key, budget)
                 row[name], walls[name] = result.makespan / MS, result.wall_s
-                fit[name] = result.fits_memory
+                fit[name], placements[name] = result.fits_memory, result.placement
             for name in LEARNED:
-                makespan, fits_memory, curve, total_evals = _learned(
+                best, curve, total_evals = _learned(
                     name, graph, cluster, key, settings, bench, index
                 )
+                makespan = best.makespan
                 row[name], walls[name] = makespan / MS, float(curve.wall_s[-1])
-                fit[name] = fits_memory
+                fit[name], placements[name] = best.fits_memory, best.placement
                 curves[spec, n_devices, name] = curve
                 evals_to_5, wall_to_5 = curve.to_reach(TOLERANCE)
                 cost.append(
@@ -120,6 +123,15 @@ def run_table1(root: str | Path, preset: str = "quick", progress: bool = True) -
             quality.append(row)
             wall.append(walls)
             memory.append(fit)
+            winner, _ = fastest({m: (row[m], fit[m]) for m in placements})
+            recorder.gantt(
+                f"gantt_{spec.replace(':', '_')}_d{n_devices}",
+                f"Best placement: {spec}, {n_devices} devices",
+                graph,
+                cluster,
+                placements[winner],
+                winner,
+            )
             bar.update(1)
     bar.close()
     _write(recorder, quality, cost, wall, memory, curves)
@@ -134,14 +146,14 @@ def _learned(
     settings: Settings,
     bench: PlacetoBench,
     index: int,
-) -> tuple[float, bool, Curve, int]:
-    """(final makespan µs, whether it fits memory, learning curve, simulator evaluations spent)
-    of a learned method; Placeto trains on graph `index` of `bench`."""
+) -> tuple[PlacerResult | Placement, Curve, int]:
+    """(best placement found, learning curve, simulator evaluations spent) of a learned method;
+    Placeto trains on graph `index` of `bench`."""
     if name == "placeto":
         fit = bench.fit(index, key)
-        return fit.best.makespan, fit.best.fits_memory, fit.curve, int(fit.curve.evaluations[-1])
+        return fit.best, fit.curve, int(fit.curve.evaluations[-1])
     result, curve = learned.train(name, graph, cluster, key, settings.learned_budget)
-    return result.makespan, result.fits_memory, curve, result.evaluations
+    return result, curve, result.evaluations
 
 
 def _write(recorder, quality, cost, wall, memory, curves) -> None:
