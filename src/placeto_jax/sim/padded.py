@@ -116,10 +116,66 @@ def pad_graph(
 
 
 def chain_cover(graph: Graph) -> list[np.ndarray]:
-    """Cover the ops with chains (each op an ancestor of the next), greedily: visit ops in
-    topological order and append each to the chain whose last op is its latest ancestor (by
-    topological position), or start a new chain. The count is close to the graph's width (the
-    minimum, by Dilworth's theorem) on network-shaped graphs, at O(N^2 / 8) bit operations."""
+    """Cover the ops with the fewest chains (each op an ancestor of the next), the graph's width
+    by Dilworth's theorem: a greedy cover (`greedy_chains`), then augmenting paths in the
+    bipartite graph (u, v) for u an ancestor of v, where chain links are a matching and each
+    augmenting path joins two chains into one. Chains are ordered by their first op's position
+    in topological order."""
+    n = graph.n_ops
+    succ = np.full(n, -1, dtype=np.int64)  # next op on the same chain
+    pred = np.full(n, -1, dtype=np.int64)  # previous op on the same chain
+    for chain in greedy_chains(graph):
+        succ[chain[:-1]], pred[chain[1:]] = chain[1:], chain[:-1]
+    descendants = graph.descendants_packed
+    while _join_two_chains(descendants, succ, pred):
+        pass
+    position = np.empty(n, dtype=np.int64)
+    position[graph.topological_order] = np.arange(n)
+    chains = []
+    for head in sorted(np.flatnonzero(pred < 0), key=lambda v: position[v]):
+        chain = [head]
+        while succ[chain[-1]] >= 0:
+            chain.append(succ[chain[-1]])
+        chains.append(np.asarray(chain, dtype=np.int32))
+    return chains
+
+
+def _join_two_chains(descendants: np.ndarray, succ: np.ndarray, pred: np.ndarray) -> bool:
+    """Find one augmenting path by a breadth-first search from every chain's last op (a link
+    from u to a descendant v, then back along v's current link to its predecessor, and so on,
+    until a chain's first op is reached) and relink along it: one chain fewer. False if none."""
+    n = succ.shape[0]
+    came_from = np.full(n, -1, dtype=np.int64)  # the op that reached v by a new link
+    reached = np.zeros(n, dtype=bool)
+    frontier = np.flatnonzero(succ < 0)  # last ops of chains
+    visited = np.zeros(n, dtype=bool)
+    visited[frontier] = True
+    while frontier.size:
+        below = np.unpackbits(descendants[frontier], axis=1, count=n).astype(bool)  # [F, N]
+        new = np.flatnonzero(below.any(axis=0) & ~reached)
+        if new.size == 0:
+            return False
+        came_from[new] = frontier[np.argmax(below[:, new], axis=0)]
+        reached[new] = True
+        firsts = new[pred[new] < 0]
+        if firsts.size:
+            v = firsts[0]
+            while v >= 0:  # relink: u -> v replaces u's old link u -> old
+                u = came_from[v]
+                old = succ[u]
+                succ[u], pred[v] = v, u
+                v = old
+            return True
+        frontier = pred[new]
+        frontier = frontier[~visited[frontier]]
+        visited[frontier] = True
+    return False
+
+
+def greedy_chains(graph: Graph) -> list[np.ndarray]:
+    """Cover the ops with chains greedily: visit ops in topological order and append each to the
+    chain whose last op is its latest ancestor (by topological position), or start a new chain.
+    O(N^2 / 8) bit operations; a few chains more than the minimum on layered graphs."""
     n = graph.n_ops
     position = np.empty(n, dtype=np.int64)
     position[graph.topological_order] = np.arange(n)
