@@ -224,6 +224,7 @@ def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     assert all(w[m] >= 0 for w in walls for m in table1.BASELINES + table1.LEARNED)
     assert "## Training cost of the learned methods" in readme.read_text()
     assert (tmp_path / "table1" / "curve_layered_12_d2.png").is_file()
+    assert (tmp_path / "table1" / "gantt_layered_16_1_d2.png").is_file()
 
 
 @pytest.mark.slow
@@ -245,6 +246,7 @@ def test_benchmarks_end_to_end_on_a_tiny_folder(tmp_path, monkeypatch):
         assert row[row["best"]] == min(row[m] for m in fitting)
     walls = json.loads((out / "wall_s.json").read_text())
     assert all(w[m] >= 0 for w in walls for m in methods[1:])
+    assert len(list(out.glob("gantt_*.png"))) == 2
 
 
 @pytest.mark.slow
@@ -252,6 +254,7 @@ def test_generalization_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     settings = dataclasses.replace(
         generalization.PRESETS["quick"],
         families=("cifar10",),
+        train_graphs=4,
         test_graphs=2,
         family_training=TINY_PLACETO,
         per_graph_iterations=2,
@@ -268,3 +271,4 @@ def test_generalization_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         assert rel["zero-shot"] == pytest.approx(row["zero-shot"] / best)
         assert min(rel["single"], rel["heft"]) == pytest.approx(1.0)
     assert (out / "cdf.png").is_file() and (out / "runs" / "cifar10-d4-quick").is_dir()
+    assert (out / "gantt_family_cifar10_25.png").is_file()
