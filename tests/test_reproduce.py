@@ -173,6 +173,11 @@ def test_placeto_trains_each_graph_of_a_bench_with_one_compiled_program():
     # evaluations: episodes x (one simulation per step + one at reset) per update
     np.testing.assert_array_equal(fits[0].curve.evaluations, [0, 28, 56])  # 4 x (6 + 1)
     np.testing.assert_array_equal(fits[1].curve.evaluations, [0, 20, 40])  # 4 x (4 + 1)
+    # fine-tuning from known parameters starts at their known greedy placement
+    start = bench.place(fits[0].params, 0)
+    tuned = bench.fit(0, jax.random.key(1), init_params=fits[0].params, init_placement=start)
+    assert tuned.curve.makespan[0] == pytest.approx(bench.score(start))
+    assert bench._updates._cache_size() == 1
     with pytest.raises(ValueError, match="not in this bench"):
         bench.index("nope")
 

@@ -58,7 +58,7 @@ PRESETS = {
             "train.final_learning_rate=3e-3",
         ),
         per_graph_iterations=10,
-        baselines=("single", "random", "metis", "heft", "m-etf", "local-search"),
+        baselines=("single", "random", "metis", "heft", "m-etf"),
         search_budget=256,
     ),
     "full": Settings(
@@ -101,7 +101,7 @@ def per_graph_config(settings: Settings) -> Config:
     return dataclasses.replace(
         family,
         train=dataclasses.replace(family.train, iterations=iterations),
-        run=dataclasses.replace(family.run, eval_every=max(1, iterations // 5)),
+        run=dataclasses.replace(family.run, eval_every=max(1, iterations // 2)),
     )
 
 
@@ -131,10 +131,13 @@ def run_generalization(root: str | Path, preset: str = "quick", progress: bool =
             tqdm(tests, desc=f"{name} test", unit="graph", disable=not progress)
         ):
             key = jax.random.key(settings.seed)
+            zero_shot = bench.place(trained.state.params, i)
             found = {
-                "zero-shot": bench.place(trained.state.params, i),
+                "zero-shot": zero_shot,
                 "from-scratch": bench.fit(i, key).best,
-                "fine-tuned": bench.fit(i, key, init_params=trained.state.params).best,
+                "fine-tuned": bench.fit(
+                    i, key, init_params=trained.state.params, init_placement=zero_shot
+                ).best,
             }
             for method in settings.baselines:
                 budget = settings.search_budget if method in SEARCH_METHODS else None

@@ -99,10 +99,12 @@ class PlacetoBench:
         key: jax.Array,
         eval_every: int | None = None,
         init_params: Any = None,
+        init_placement: Placement | None = None,
     ) -> Fit:
         """Train on graph `i` for `config.train.iterations` updates from fresh parameters (or
-        `init_params`, with a fresh optimizer: fine-tuning); evaluate greedily every
-        `eval_every` updates (default `config.run.eval_every`)."""
+        `init_params`, with a fresh optimizer: fine-tuning, where `init_placement` can give
+        their greedy placement if already known); evaluate greedily every `eval_every` updates
+        (default `config.run.eval_every`)."""
         eval_every = eval_every or self.config.run.eval_every
         total = self.config.train.iterations
         env_params = self.graph_params(i)
@@ -117,7 +119,8 @@ class PlacetoBench:
                     params=init_params,
                     opt_state=self.trainer.optimizer.init(init_params),
                 )
-        points = [(0, time.perf_counter() - began, self.place(state.params, i))]
+        start = init_placement if init_params is not None else None
+        points = [(0, time.perf_counter() - began, start or self.place(state.params, i))]
         done = 0
         while done < total:
             count = min(eval_every, total - done)
