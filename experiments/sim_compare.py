@@ -110,7 +110,7 @@ def main() -> int:
         rows[:, :n] = random_placements(n, b, args.devices)
         rows = jax.numpy.asarray(rows)
         cluster = api.sim_cluster(pj.Cluster(args.devices))
-        chunk = api.chunk_size(pg.n_pad)
+        chunk = api.chunk_size()
         fns = {}
         for label, core in (("base", base), ("new", new)):
             g = core.SimGraph.from_padded(pg)

@@ -47,15 +47,14 @@ def sim_cluster(cluster: Cluster, float_dtype=None) -> SimCluster:
     )
 
 
-def chunk_size(n_pad: int) -> int:
+def chunk_size() -> int:
     """Placements simulated together (vmapped) in one chunk of a batch. On CPU, chunks run one
     after the other so that a chunk's state stays in cache: measured on a 2-core x86 CPU, chunks
-    of 64 (32 from 2,048 padded ops) give 1.4x-2x the placements per CPU-second of one vmap over
-    B = 1024 (experiments/bench_simulator.py, docs/simulator.md). On an accelerator the whole
-    batch is one chunk (parallel lanes are what it is for)."""
-    if jax.default_backend() != "cpu":
-        return 1 << 30
-    return 64 if n_pad <= 1024 else 32
+    of 64 give 1.4x-2x the placements per CPU-second of one vmap over B = 1024, and 1.05x that of
+    chunks of 32 or 128 up to 2,048 padded ops (experiments/bench_simulator.py,
+    docs/simulator.md). On an accelerator the whole batch is one chunk (parallel lanes are what
+    it is for)."""
+    return 64 if jax.default_backend() == "cpu" else 1 << 30
 
 
 @functools.partial(jax.jit, static_argnames="broadcast")
@@ -66,7 +65,7 @@ def simulate_batch(
     return jax.lax.map(
         lambda p: simulate_padded(graph, cluster, p, broadcast),
         placements,
-        batch_size=chunk_size(graph.cost.shape[0]),
+        batch_size=chunk_size(),
     )
 
 
