@@ -128,6 +128,10 @@ def test_layer_graphs_take_hardware_and_expert_splits_from_the_files(tmp_path):
     np.testing.assert_array_equal(cases[0].expert, [0, 0, 0, 1, 1])
     # the training graph has no split of its own and uses its inference split's rule
     assert [c.expert_source for c in cases] == ["own", "inference"]
+    only = benchmarks.layer_graphs(tmp_path, folders=("throughput",))
+    assert [c.file for c in only] == ["throughput/LayerGraphs/tiny_training.json"]
+    with pytest.raises(ValueError, match="in elsewhere"):
+        benchmarks.layer_graphs(tmp_path, folders=("elsewhere",))
 
 
 def test_an_expert_split_that_does_not_fit_its_graph_is_reported_not_used(tmp_path):
@@ -235,7 +239,11 @@ def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_benchmarks_end_to_end_on_a_tiny_folder(tmp_path, monkeypatch):
     settings = dataclasses.replace(
-        benchmarks.PRESETS["quick"], search_budget=64, learned_budget=64, placeto=TINY_PLACETO
+        benchmarks.PRESETS["quick"],
+        search_budget=64,
+        learned_budget=64,
+        placeto=TINY_PLACETO,
+        folders=(),
     )
     monkeypatch.setitem(benchmarks.PRESETS, "quick", settings)
     data = _data_folder(tmp_path / "data")

@@ -38,11 +38,14 @@ class Settings:
     search_budget: int  # simulator evaluations of local search and the cross-entropy method
     learned_budget: int  # simulator evaluations of the RNN placer and the hierarchical planner
     placeto: tuple[str, ...]  # config overrides (tiny preset) of Placeto trained per graph
+    folders: tuple[str, ...] = ()  # top-level folders of the data folder to read (): all
     seed: int = 0
 
 
 PRESETS = {
     "quick": Settings(
+        # one accelerator count (6) and so one Placeto compile; --full adds latency-inputs
+        folders=("throughput-inputs",),
         search_budget=256,
         learned_budget=256,
         placeto=("train.iterations=10", "train.episodes=16", "run.group_target=32"),
@@ -71,13 +74,16 @@ class Case:
     expert_source: str  # "own", "inference", "none" or "invalid (why)"
 
 
-def layer_graphs(data: str | Path) -> list[Case]:
-    """The layer graphs under `data` (files in a `LayerGraphs` folder) with their clusters:
-    `maxFPGAs` devices of `maxSizePerFPGA` bytes, placeto-k80 timing."""
+def layer_graphs(data: str | Path, folders: tuple[str, ...] = ()) -> list[Case]:
+    """The layer graphs under `data` (files in a `LayerGraphs` folder; only under the top-level
+    `folders` if any are given) with their clusters: `maxFPGAs` devices of `maxSizePerFPGA`
+    bytes, placeto-k80 timing."""
     data = Path(data)
     cases = []
     for path in benchmark_files(data):
         if "LayerGraphs" not in path.parts:
+            continue
+        if folders and path.relative_to(data).parts[0] not in folders:
             continue
         bench = load_benchmark(path)
         split, source = expert_split_file(data, path)
@@ -99,7 +105,8 @@ def layer_graphs(data: str | Path) -> list[Case]:
             )
         )
     if not cases:
-        raise ValueError(f"no layer graphs (*/LayerGraphs/*.json) under {str(data)!r}")
+        where = f" in {', '.join(folders)}" if folders else ""
+        raise ValueError(f"no layer graphs (*/LayerGraphs/*.json) under {str(data)!r}{where}")
     return cases
 
 
@@ -107,7 +114,7 @@ def run_benchmarks(
     root: str | Path, data: str | Path, preset: str = "quick", progress: bool = True
 ) -> Path:
     settings = PRESETS[preset]
-    cases = layer_graphs(data)  # every file is read (and checked) before any work starts
+    cases = layer_graphs(data, settings.folders)  # all read and checked before any work
     recorder = Recorder(root, "benchmarks", preset)
     benches = _placeto_benches(cases, settings)
     quality, memory, wall = [], [], []
