@@ -192,7 +192,10 @@ def test_reproduce_benchmarks_without_data_is_a_usage_error(capsys, tmp_path):
     assert "needs --data DIR" in capsys.readouterr().err
     assert main(["reproduce", "all", "--data", str(tmp_path / "no")]) == 2
     assert "is not a folder" in capsys.readouterr().err
-    assert not list(tmp_path.iterdir())  # nothing written
+    data = _data_folder(tmp_path / "data")  # has no throughput-inputs folder, which quick reads
+    assert main(["reproduce", "all", "--data", str(data), "--out", str(tmp_path / "out")]) == 2
+    assert "no layer graphs" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["data"]  # nothing written
 
 
 # ---------------------------------------------------------------------- end to end (slow)

@@ -62,6 +62,9 @@ def _reproduce(args: argparse.Namespace) -> int:
             raise ValueError(f"reproduce {args.experiment} needs --data DIR (the benchmark folder)")
         if not Path(args.data).is_dir():
             raise ValueError(f"--data {args.data!r} is not a folder")
+        from placeto_jax.reproduce.benchmarks import PRESETS, layer_graphs
+
+        layer_graphs(args.data, PRESETS[args.preset].folders)  # every file checked before work
     progress = not args.no_progress
     for name in chosen:
         began = time.perf_counter()
