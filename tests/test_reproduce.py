@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 
 import jax
 import numpy as np
@@ -16,7 +17,14 @@ from placeto_jax.cli import main
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
 from placeto_jax.reproduce import benchmarks, generalization, table1
-from placeto_jax.reproduce.output import Recorder, cell, fastest, markdown_table, to_csv
+from placeto_jax.reproduce.output import (
+    Recorder,
+    cell,
+    fastest,
+    git_commit,
+    markdown_table,
+    to_csv,
+)
 from placeto_jax.reproduce.placeto import Curve, PlacetoBench
 from placeto_jax.rl.loop import cluster_of
 
@@ -141,6 +149,22 @@ def test_an_expert_split_that_does_not_fit_its_graph_is_reported_not_used(tmp_pa
     case = benchmarks.layer_graphs(data)[0]
     assert case.expert is None
     assert case.expert_source.startswith("invalid (") and "accelerator 2" in case.expert_source
+
+
+def test_changed_results_do_not_make_the_checkout_dirty(tmp_path):
+    def git(*argv):
+        subprocess.run(["git", "-C", str(tmp_path), *argv], check=True, capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    for name in ("code.py", "results/table.csv"):
+        (tmp_path / name).write_text("1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    (tmp_path / "results" / "table.csv").write_text("2\n")
+    assert git_commit(tmp_path)["modified"] == []
+    (tmp_path / "code.py").write_text("2\n")
+    assert git_commit(tmp_path)["modified"] == [" M code.py"]
 
 
 def test_the_fastest_method_is_one_whose_placement_fits():

@@ -208,13 +208,7 @@ def _write(recorder: Recorder, quality: list, memory: list, wall: list) -> None:
         note="The files give each accelerator's memory; a placement that overflows it would not "
         "run, whatever its makespan above.",
     )
-    recorder.table(
-        "wall_s",
-        "Wall time (s) per method",
-        wall,
-        note="Including any JIT compilation the method triggered (the first graph of a size "
-        "pays for it).",
-    )
+    recorder.wall_times(wall)
 
 
 def _placeto_benches(cases: list[Case], settings: Settings) -> dict[str, tuple[PlacetoBench, int]]:

@@ -26,9 +26,10 @@ SEARCH_METHODS = ("local-search", "cross-entropy")  # the baselines that take a 
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "jraph", "chex", "numpy", "scipy", "pymetis")
 
 
-def git_commit() -> dict[str, Any]:
-    """{"commit": sha or None, "modified": [files changed since it]} of the source checkout."""
-    root = Path(__file__).resolve().parents[3]
+def git_commit(root: Path | None = None) -> dict[str, Any]:
+    """{"commit": sha or None, "modified": [files changed since it, outside results/]} of the
+    source checkout (or of the repository at `root`)."""
+    root = root or Path(__file__).resolve().parents[3]
 
     def run(*argv: str) -> str | None:
         try:
@@ -37,9 +38,10 @@ def git_commit() -> dict[str, Any]:
             )
         except (OSError, subprocess.SubprocessError):
             return None
-        return out.stdout.strip()
+        return out.stdout.rstrip()
 
-    status = run("status", "--porcelain", "--untracked-files=no") or ""
+    # the experiments' own outputs (results/ holds committed tables) do not make a checkout dirty
+    status = run("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results") or ""
     return {"commit": run("rev-parse", "HEAD"), "modified": status.splitlines()}
 
 
@@ -152,6 +154,16 @@ class Recorder:
         table = markdown_table(rows, columns)
         self.sections.append(f"## {title}\n\n{note + chr(10) * 2 if note else ''}{table}\n")
         return table
+
+    def wall_times(self, rows: Sequence[Mapping[str, Any]]) -> str:
+        """The `wall_s` table: seconds per method, compilation included."""
+        return self.table(
+            "wall_s",
+            "Wall time (s) per method",
+            rows,
+            note="Including any JIT compilation the method triggered (the first graph of a "
+            "size pays for it).",
+        )
 
     def figure(self, name: str, title: str, draw) -> Path:
         """Render `draw(figure)` to `name.png` and reference it in the report."""

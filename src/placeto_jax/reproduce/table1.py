@@ -194,13 +194,7 @@ def _write(recorder, quality, cost, wall, memory, curves) -> None:
         note="A placement that overflows a device's memory would not run; its makespan above "
         "is what the simulator computes regardless.",
     )
-    recorder.table(
-        "wall_s",
-        "Wall time (s) per method",
-        wall,
-        note="Including any JIT compilation the method triggered (the first graph of a size "
-        "pays for it).",
-    )
+    recorder.wall_times(wall)
     for spec, n_devices in sorted({(s, d) for s, d, _ in curves}):
         recorder.figure(
             f"curve_{spec.replace(':', '_')}_d{n_devices}",
