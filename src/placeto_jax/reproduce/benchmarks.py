@@ -21,11 +21,11 @@ from placeto_jax.graphs.benchmark import (
     load_benchmark,
     load_expert_split,
 )
-from placeto_jax.placers import run_method
+from placeto_jax.placers import run_method, scored
+from placeto_jax.placers.base import Solution
 from placeto_jax.reproduce import learned
 from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import PlacetoBench
-from placeto_jax.sim.api import simulate
 
 MS = 1e3  # µs
 BASELINES = ("single", "metis", "heft", "m-etf", "m-sct", "local-search", "cross-entropy")
@@ -179,7 +179,7 @@ def _run_case(
     return out
 
 
-def _outcome(result, wall_s: float) -> Outcome:
+def _outcome(result, wall_s: float | None) -> Outcome:
     """From a PlacerResult or a Placeto Placement (makespan µs)."""
     return Outcome(result.makespan / MS, result.fits_memory, wall_s, result.placement)
 
@@ -187,9 +187,9 @@ def _outcome(result, wall_s: float) -> Outcome:
 def _expert(case: Case) -> Outcome:
     if case.expert is None:
         return Outcome(None, None, None, None)
-    result = simulate(case.graph, case.cluster, case.expert)
-    fits = bool(np.all(np.asarray(result.peak_memory) <= case.cluster.memory_array))
-    return Outcome(float(result.makespan) / MS, fits, None, case.expert)
+    return _outcome(
+        scored("expert (file)", case.graph, case.cluster, Solution(case.expert), 0.0), None
+    )
 
 
 def _write(recorder: Recorder, quality: list, memory: list, wall: list) -> None:

@@ -49,14 +49,7 @@ PRESETS = {
         devices=4,
         train_graphs=12,
         test_graphs=2,
-        # lr 3e-2: the fastest learner of the quick sweep over lr in {3e-3, 1e-2, 3e-2}
-        family_training=(
-            "train.iterations=30",
-            "train.episodes=24",
-            "run.group_target=32",
-            "train.learning_rate=3e-2",
-            "train.final_learning_rate=3e-3",
-        ),
+        family_training=("train.iterations=30", "train.episodes=24", "run.group_target=32"),
         per_graph_iterations=10,
         baselines=("single", "random", "metis", "heft", "m-etf"),
         search_budget=256,
