@@ -43,6 +43,10 @@ def batch_fn(core, chunk: int):
     import jax
 
     def run(graph, cluster, placements):
+        if hasattr(core, "simulate_lanes"):  # one loop per chunk of lanes
+            lanes = placements.reshape(-1, chunk, placements.shape[1])
+            out = jax.lax.map(lambda p: core.simulate_lanes(graph, cluster, p), lanes)
+            return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), out)
         one = lambda p: core.simulate_padded(graph, cluster, p)  # noqa: E731
         return jax.lax.map(one, placements, batch_size=chunk)
 

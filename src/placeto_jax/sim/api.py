@@ -11,13 +11,14 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.sim.core import SimCluster, SimGraph, SimOutput, simulate_padded
+from placeto_jax.sim.core import SimCluster, SimGraph, SimOutput, simulate_lanes
 from placeto_jax.sim.padded import PaddedGraph, bucket, pad_graph
 from placeto_jax.sim.result import SimResult
 from placeto_jax.sim.validate import check_placement
 
 _padded_cache: weakref.WeakKeyDictionary[Graph, PaddedGraph] = weakref.WeakKeyDictionary()
 _device_cache: weakref.WeakKeyDictionary[Graph, dict] = weakref.WeakKeyDictionary()
+_MAX_FLAT = 1 << 30  # lanes x padded ops of one chunk: its flat int32 indices stay in range
 
 
 def padded(graph: Graph) -> PaddedGraph:
@@ -61,12 +62,21 @@ def chunk_size() -> int:
 def simulate_batch(
     graph: SimGraph, cluster: SimCluster, placements: jax.Array, broadcast: bool = True
 ) -> SimOutput:
-    """Simulate placements [B, Np] int32: vmap over chunks of `chunk_size`, scanned."""
-    return jax.lax.map(
-        lambda p: simulate_padded(graph, cluster, p, broadcast),
-        placements,
-        batch_size=chunk_size(),
-    )
+    """Simulate placements [B, Np] int32: a scan over chunks of `chunk_size` lanes, each chunk
+    one `simulate_lanes` loop (a last, smaller chunk takes the rest)."""
+    n_rows, n_pad = placements.shape
+    lanes = max(1, min(chunk_size(), n_rows, _MAX_FLAT // n_pad))
+    n_full = n_rows // lanes * lanes
+
+    def run(rows):
+        return simulate_lanes(graph, cluster, rows, broadcast)
+
+    out = jax.lax.map(run, placements[:n_full].reshape(-1, lanes, n_pad))
+    out = jax.tree.map(lambda x: x.reshape(n_full, *x.shape[2:]), out)
+    if n_full < n_rows:
+        rest = run(placements[n_full:])
+        out = jax.tree.map(lambda a, r: jnp.concatenate([a, r]), out, rest)
+    return out
 
 
 def simulate(

@@ -21,6 +21,7 @@ O(N log N) sort for peak memory (O(N D log N) without broadcast).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -81,25 +82,30 @@ class SimOutput(NamedTuple):
 
 
 class _State(NamedTuple):
+    """The loop's state for L placements (lanes), lanes last: a step's reductions over chain
+    slots and its selects run across lanes in vector registers, and its gathers and scatters into
+    per-op arrays take flat indices op * L + lane (XLA CPU runs those 2x to 3x faster than the
+    batched gathers and scatters of a vmapped loop)."""
+
     # Per op (source of truth for ops that are not chain heads):
-    ready_t: jax.Array  # [Np] float µs, latest input arrival so far
-    ready_rp: jax.Array  # [Np, 2] int32: round of that arrival, parents not yet started
+    ready_t: jax.Array  # [Np * L] float µs, latest input arrival so far
+    ready_rp: jax.Array  # [Np * L, 2] int32: round of that arrival, parents not yet started
     # Per chain slot, a copy of its head's data so that choosing the next op needs no gathers:
-    slot_op: jax.Array  # [W] int32 head op, -1 when the chain is exhausted
-    slot_dev: jax.Array  # [W] int32 device of the head
-    slot_rt: jax.Array  # [W] float µs, head's ready time
-    slot_rp: jax.Array  # [W, 2] int32, head's ready round and parents not yet started
-    slot_free: jax.Array  # [W] float µs, when the head's device is next free
-    slot_free_r: jax.Array  # [W] int32, round of that
+    slot_op: jax.Array  # [W, L] int32 head op, -1 when the chain is exhausted
+    slot_dev: jax.Array  # [W, L] int32 device of the head
+    slot_rt: jax.Array  # [W, L] float µs, head's ready time
+    slot_rp: jax.Array  # [W * L, 2] int32, head's ready round and parents not yet started
+    slot_free: jax.Array  # [W, L] float µs, when the head's device is next free
+    slot_free_r: jax.Array  # [W, L] int32, round of that
     # Per device:
-    dev_t: jax.Array  # [D] float µs, device free from
-    dev_r: jax.Array  # [D] int32
-    bus_t: jax.Array  # [D] float µs, bus free from
-    bus_r: jax.Array  # [D] int32
+    dev_t: jax.Array  # [D, L] float µs, device free from
+    dev_r: jax.Array  # [D, L] int32
+    bus_t: jax.Array  # [D, L] float µs, bus free from
+    bus_r: jax.Array  # [D, L] int32
     # Outputs:
-    start: jax.Array  # [Np] float µs
-    xfer: jax.Array  # [Np, C] float µs transfer start, -inf none (C = 1 with broadcast, else D)
-    arrival: jax.Array  # [Np, C] float µs, -inf none
+    start: jax.Array  # [Np * L] float µs
+    xfer: jax.Array  # [Np * L, C] float µs transfer start, -inf none (C = 1 with broadcast, else D)
+    arrival: jax.Array  # [Np * L, C] float µs, -inf none
 
 
 def _later(at, ar, bt, br):
@@ -121,86 +127,123 @@ def _until(t, r, new_t):
 
 
 def _lexmin_slot(keys: list[jax.Array], valid: jax.Array) -> jax.Array:
-    """Index of the `valid` entry that is smallest by `keys` lexicographically (the last key must
-    be unique among valid entries)."""
+    """[L] index along the first axis of the `valid` entry that is smallest by `keys` [W, L]
+    lexicographically (the last key must be unique among valid entries); W where none is."""
     mask = valid
     for key in keys:
         big = jnp.inf if jnp.issubdtype(key.dtype, jnp.floating) else _BIG_INT
-        mask = mask & (key == jnp.min(jnp.where(mask, key, big)))
-    return jnp.min(jnp.where(mask, jnp.arange(mask.shape[0]), mask.shape[0]))
+        mask = mask & (key == jnp.min(jnp.where(mask, key, big), axis=0))
+    n = mask.shape[0]
+    return jnp.min(jnp.where(mask, jnp.arange(n)[:, None], n), axis=0)
 
 
-def _pick_device(values: jax.Array, dev: jax.Array, fill) -> jax.Array:
-    """values[dev] for per-device `values` [D] and indices `dev` [K], by selects, not a gather."""
-    hit = dev[:, None] == jnp.arange(values.shape[0])
-    return jnp.max(jnp.where(hit, values[None, :], fill), axis=1)
+def _pick(values: jax.Array, index: jax.Array, fill) -> jax.Array:
+    """values[index[l, ...], l] for `values` [D, L] and small D, by selects, not a gather."""
+    n = values.shape[0]
+    hit = index == jnp.arange(n).reshape((n,) + (1,) * index.ndim)  # [D, L, ...]
+    per_lane = values.reshape(values.shape + (1,) * (index.ndim - 1))
+    return jnp.max(jnp.where(hit, per_lane, fill), axis=0)
 
 
 def simulate_padded(
     graph: SimGraph, cluster: SimCluster, placement: jax.Array, broadcast: bool = True
 ) -> SimOutput:
     """Simulate one placement ([Np] int32 device per op; padding entries are ignored)."""
-    n_pad = graph.cost.shape[0]
+    return jax.tree.map(lambda x: x[0], simulate_lanes(graph, cluster, placement[None], broadcast))
+
+
+def simulate_lanes(
+    graph: SimGraph, cluster: SimCluster, placements: jax.Array, broadcast: bool = True
+) -> SimOutput:
+    """Simulate placements [L, Np] of one graph in one loop (outputs with a leading L axis).
+    Meant for tens of lanes on CPU; Np * L must stay below 2**31."""
+    n_lanes, n_pad = placements.shape
     n_dev = cluster.speed.shape[0]
     n_slots = graph.chain_heads.shape[0]
     n_kids = graph.children.shape[1]
     ftype = graph.cost.dtype
-    devices = jnp.arange(n_dev, dtype=jnp.int32)
-    duration = graph.cost / cluster.speed[placement]  # [Np] µs
-    xfer_time = graph.out_bytes / cluster.bandwidth[placement]  # [Np] µs
-    # What a step reads about the op it starts: one row of the graph (shared by all placements)
-    # and one float row of this placement.
-    child_slot = graph.chain_of.at[graph.children].get(mode="fill", fill_value=0)  # [Np, K]
+    devices = jnp.arange(n_dev, dtype=jnp.int32)[:, None]  # [D, 1]
+    lanes = jnp.arange(n_lanes, dtype=jnp.int32)  # [L]
+    by_op = placements.T  # [Np, L]
+    duration = graph.cost[:, None] / cluster.speed[by_op]  # [Np, L] µs
+    xfer_time = graph.out_bytes[:, None] / cluster.bandwidth[by_op]  # [Np, L] µs
+    # What a step reads about the op it starts: one column of the graph (shared by all lanes)
+    # and one float row of its placement. Absent children point at their own op: a step then
+    # writes its consumers' state at indices in bounds (an out-of-bounds index makes an XLA CPU
+    # scatter about 3x slower), and what it writes at its own op is never read again.
+    own = jnp.arange(n_pad, dtype=jnp.int32)[:, None]
+    kids_or_own = jnp.where(graph.children < n_pad, graph.children, own)  # [Np, K]
+    child_slot = graph.chain_of[kids_or_own]  # [Np, K]
     graph_rows = jnp.concatenate(
-        [graph.children, child_slot, graph.chain_next[:, None]], axis=1
+        [kids_or_own, child_slot, graph.chain_next[:, None]], axis=1
     )  # [Np, 2K + 1]
-    float_rows = jnp.stack([duration, xfer_time], axis=1)  # [Np, 2] µs
+    float_rows = jnp.stack([duration, xfer_time], axis=-1).reshape(-1, 2)  # [Np * L, 2] µs
+    flat_placement = by_op.reshape(-1)  # [Np * L]
     n_sends = 1 if broadcast else n_dev  # transfer columns recorded per op
 
     def step(_, s: _State) -> _State:
         # 1. Choose: the known head whose start (device free vs ready) is earliest, then by
         #    ready time, then by op index.
-        known = (s.slot_op >= 0) & (s.slot_rp[:, 1] == 0)
-        start_t, start_r = _later(s.slot_free, s.slot_free_r, s.slot_rt, s.slot_rp[:, 0])
-        i = _lexmin_slot([start_t, start_r, s.slot_rt, s.slot_op], known)
-        v, d, st, sr = s.slot_op[i], s.slot_dev[i], start_t[i], start_r[i]
-        row, floats = graph_rows[v], float_rows[v]
-        kids, kid_slot, nxt = row[:n_kids], row[n_kids : 2 * n_kids], row[-1]  # [K], [K], []
-        kid_dev = placement.at[kids].get(mode="fill", fill_value=-1)  # [K], -1 where absent
-        remote = (kid_dev >= 0) & (kid_dev != d)  # [K]
+        slot_r, slot_p = s.slot_rp[:, 0].reshape(-1, n_lanes), s.slot_rp[:, 1].reshape(-1, n_lanes)
+        known = (s.slot_op >= 0) & (slot_p == 0)  # [W, L]
+        start_t, start_r = _later(s.slot_free, s.slot_free_r, s.slot_rt, slot_r)
+        i = _lexmin_slot([start_t, start_r, s.slot_rt, s.slot_op], known)  # [L]
+        at = i * n_lanes + lanes  # [L] flat slot index
+        v, d = s.slot_op.reshape(-1)[at], s.slot_dev.reshape(-1)[at]
+        st, sr = start_t.reshape(-1)[at], start_r.reshape(-1)[at]
+        row, floats = graph_rows[v], float_rows[v * n_lanes + lanes]  # [L, 2K + 1], [L, 2]
+        kids, kid_slot, nxt = row[:, :n_kids], row[:, n_kids : 2 * n_kids], row[:, -1]
+        kid_at = kids * n_lanes + lanes[:, None]  # [L, K] flat op index
+        present = kids != v[:, None]  # [L, K]
+        kid_dev = jnp.where(present, flat_placement[kid_at], -1)  # [L, K], -1 where absent
+        remote = present & (kid_dev != d[:, None])  # [L, K]
 
         # 2. Run it; queue its transfers (FIFO on its device's bus); its consumers' input stamps.
-        et, er = _after(st, sr, floats[0])
-        free_t, free_r = _until(et, er, jnp.where(floats[0] > 0, et + cluster.delta1, et))
+        et, er = _after(st, sr, floats[:, 0])
+        free_t, free_r = _until(et, er, jnp.where(floats[:, 0] > 0, et + cluster.delta1, et))
+        on_dev = devices == d  # [D, L]
         send = _broadcast_send if broadcast else _per_device_send
         bus_t, bus_r, xfer_row, arr_row, in_t, in_r = send(
-            cluster, s.bus_t[d], s.bus_r[d], et, er, floats[1], kid_dev, remote, devices
+            cluster,
+            _pick(s.bus_t, d, -jnp.inf),
+            _pick(s.bus_r, d, -1),
+            et,
+            er,
+            floats[:, 1],
+            kid_dev,
+            remote,
         )
 
-        # 3. Its consumers: input arrival stamps, one parent fewer to wait for.
-        old_t = s.ready_t.at[kids].get(mode="fill", fill_value=0)
-        old_rp = s.ready_rp.at[kids].get(mode="fill", fill_value=0)  # [K, 2]
-        new_t, new_r = _later(old_t, old_rp[:, 0], in_t, in_r)
-        new_rp = jnp.stack([new_r, old_rp[:, 1] - 1], axis=1)
-        ready_t = s.ready_t.at[kids].set(new_t, mode="drop")
-        ready_rp = s.ready_rp.at[kids].set(new_rp, mode="drop")
-        is_head = (kids < n_pad) & (s.slot_op[kid_slot] == kids)
-        head_slot = jnp.where(is_head, kid_slot, n_slots)
-        slot_rt = s.slot_rt.at[head_slot].set(new_t, mode="drop")
-        slot_rp = s.slot_rp.at[head_slot].set(new_rp, mode="drop")
+        # 3. Its consumers: input arrival stamps, one parent fewer to wait for. Absent children
+        #    write at v, and children that are not chain heads at slot i (v's slot, which gets
+        #    its new head below): both are scratch.
+        old_t = s.ready_t[kid_at]
+        old_rp = s.ready_rp[kid_at]  # [L, K, 2]
+        new_t, new_r = _later(old_t, old_rp[..., 0], in_t, in_r)
+        new_rp = jnp.stack([new_r, old_rp[..., 1] - 1], axis=-1)
+        ready_t = s.ready_t.at[kid_at].set(new_t, mode="promise_in_bounds")
+        ready_rp = s.ready_rp.at[kid_at].set(new_rp, mode="promise_in_bounds")
+        kid_slot_at = kid_slot * n_lanes + lanes[:, None]  # [L, K]
+        is_head = present & (s.slot_op.reshape(-1)[kid_slot_at] == kids)
+        head_at = jnp.where(is_head, kid_slot_at, at[:, None])
+        slot_rt = s.slot_rt.reshape(-1).at[head_at].set(new_t, mode="promise_in_bounds")
+        slot_rp = s.slot_rp.at[head_at].set(new_rp, mode="promise_in_bounds")
 
         # 4. Device state; the chain's next op becomes the slot's head.
-        dev_t, dev_r = s.dev_t.at[d].set(free_t), s.dev_r.at[d].set(free_r)
-        u = jnp.maximum(nxt, 0)
-        u_dev = placement[u]
-        this = jnp.arange(n_slots) == i
+        dev_t = jnp.where(on_dev, free_t, s.dev_t)
+        dev_r = jnp.where(on_dev, free_r, s.dev_r)
+        u_at = jnp.maximum(nxt, 0) * n_lanes + lanes  # [L]
+        u_dev = flat_placement[u_at]
+        this = jnp.arange(n_slots)[:, None] == i  # [W, L]
         slot_op = jnp.where(this, nxt, s.slot_op)
         slot_dev = jnp.where(this, u_dev, s.slot_dev)
-        slot_rt = jnp.where(this, ready_t[u], slot_rt)
-        slot_rp = jnp.where(this[:, None], ready_rp[u], slot_rp)
+        slot_rt = jnp.where(this, ready_t[u_at], slot_rt.reshape(n_slots, n_lanes))
+        slot_rp = jnp.where(this.reshape(-1, 1), jnp.tile(ready_rp[u_at], (n_slots, 1)), slot_rp)
         on_d = slot_dev == d
-        slot_free = jnp.where(on_d, free_t, jnp.where(this, dev_t[u_dev], s.slot_free))
-        slot_free_r = jnp.where(on_d, free_r, jnp.where(this, dev_r[u_dev], s.slot_free_r))
+        u_free_t, u_free_r = _pick(dev_t, u_dev, -jnp.inf), _pick(dev_r, u_dev, -1)
+        slot_free = jnp.where(on_d, free_t, jnp.where(this, u_free_t, s.slot_free))
+        slot_free_r = jnp.where(on_d, free_r, jnp.where(this, u_free_r, s.slot_free_r))
+        v_at = v * n_lanes + lanes
         return _State(
             ready_t=ready_t,
             ready_rp=ready_rp,
@@ -212,44 +255,57 @@ def simulate_padded(
             slot_free_r=slot_free_r,
             dev_t=dev_t,
             dev_r=dev_r,
-            bus_t=s.bus_t.at[d].set(bus_t),
-            bus_r=s.bus_r.at[d].set(bus_r),
-            start=s.start.at[v].set(st),
-            xfer=s.xfer.at[v].set(xfer_row),
-            arrival=s.arrival.at[v].set(arr_row),
+            bus_t=jnp.where(on_dev, bus_t, s.bus_t),
+            bus_r=jnp.where(on_dev, bus_r, s.bus_r),
+            start=s.start.at[v_at].set(st, mode="promise_in_bounds"),
+            xfer=s.xfer.at[v_at].set(xfer_row, mode="promise_in_bounds"),
+            arrival=s.arrival.at[v_at].set(arr_row, mode="promise_in_bounds"),
         )
 
     heads = graph.chain_heads
     first = jnp.maximum(heads, 0)
-    zeros_f = jnp.zeros(n_pad, ftype)
+    flat_f = jnp.zeros(n_pad * n_lanes, ftype)
+    slots_lanes = (n_slots, n_lanes)
+    n_parents = jnp.repeat(graph.n_parents, n_lanes)  # [Np * L]
     init = _State(
-        ready_t=zeros_f,
-        ready_rp=jnp.stack([jnp.zeros(n_pad, jnp.int32), graph.n_parents], axis=1),
-        slot_op=heads,
-        slot_dev=placement[first],
-        slot_rt=jnp.zeros(n_slots, ftype),
-        slot_rp=jnp.stack([jnp.zeros(n_slots, jnp.int32), graph.n_parents[first]], axis=1),
-        slot_free=jnp.zeros(n_slots, ftype),
-        slot_free_r=jnp.zeros(n_slots, jnp.int32),
-        dev_t=jnp.zeros(n_dev, ftype),
-        dev_r=jnp.zeros(n_dev, jnp.int32),
-        bus_t=jnp.zeros(n_dev, ftype),
-        bus_r=jnp.zeros(n_dev, jnp.int32),
-        start=zeros_f,
-        xfer=jnp.full((n_pad, n_sends), -jnp.inf, ftype),
-        arrival=jnp.full((n_pad, n_sends), -jnp.inf, ftype),
+        ready_t=flat_f,
+        ready_rp=jnp.stack([jnp.zeros_like(n_parents), n_parents], axis=1),
+        slot_op=jnp.broadcast_to(heads[:, None], slots_lanes),
+        slot_dev=by_op[first],
+        slot_rt=jnp.zeros(slots_lanes, ftype),
+        slot_rp=jnp.stack(
+            [jnp.zeros(n_slots * n_lanes, jnp.int32), jnp.repeat(graph.n_parents[first], n_lanes)],
+            axis=1,
+        ),
+        slot_free=jnp.zeros(slots_lanes, ftype),
+        slot_free_r=jnp.zeros(slots_lanes, jnp.int32),
+        dev_t=jnp.zeros((n_dev, n_lanes), ftype),
+        dev_r=jnp.zeros((n_dev, n_lanes), jnp.int32),
+        bus_t=jnp.zeros((n_dev, n_lanes), ftype),
+        bus_r=jnp.zeros((n_dev, n_lanes), jnp.int32),
+        start=flat_f,
+        xfer=jnp.full((n_pad * n_lanes, n_sends), -jnp.inf, ftype),
+        arrival=jnp.full((n_pad * n_lanes, n_sends), -jnp.inf, ftype),
     )
     final = jax.lax.fori_loop(0, graph.n_ops, step, init)
-    end = final.start + duration  # as in the loop (`_after`), for every op
-    xfer, arrival = final.xfer, final.arrival
+    start = final.start.reshape(n_pad, n_lanes).T  # [L, Np]
+    xfer = final.xfer.reshape(n_pad, n_lanes, n_sends).transpose(1, 0, 2)  # [L, Np, C]
+    arrival = final.arrival.reshape(n_pad, n_lanes, n_sends).transpose(1, 0, 2)
+    finish = functools.partial(_finish, graph, n_dev=n_dev, broadcast=broadcast)
+    return jax.vmap(finish)(placements, start, start + duration.T, xfer, arrival)
+
+
+def _finish(graph, placement, start, end, xfer, arrival, n_dev: int, broadcast: bool):
+    """One placement's outputs from its loop's starts, ends ([Np] µs) and transfer rows."""
+    devices = jnp.arange(n_dev, dtype=jnp.int32)
     if broadcast:  # one transfer per op serves all its remote consumer devices
         needs = consumer_devices(graph, placement, n_dev) & (placement[:, None] != devices)
         xfer = jnp.where(needs, xfer, -jnp.inf)  # [Np, D]
         arrival = jnp.where(needs, arrival, -jnp.inf)
-    peak = peak_memory(graph, placement, final.start, end, arrival, n_dev, broadcast)
+    peak = peak_memory(graph, placement, start, end, arrival, n_dev, broadcast)
     return SimOutput(
         makespan=jnp.max(end),
-        start=final.start,
+        start=start,
         end=end,
         peak_memory=peak,
         transfer_start=xfer,
@@ -257,38 +313,41 @@ def simulate_padded(
     )
 
 
-def _broadcast_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote, devices):
+def _broadcast_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote):
     """One transfer of the op's output (ended at stamp (et, er)) serves every remote consumer.
-    Returns the bus's new free stamp, the transfer's start and arrival ([1] µs, -inf if none) and
-    each consumer's input stamp ([K] µs, [K] rounds)."""
-    sends = jnp.any(remote)
+    Per lane: returns the bus's new free stamp, the transfer's start and arrival ([L, 1] µs, -inf
+    if none) and each consumer's input stamp ([L, K] µs, [L, K] rounds)."""
+    sends = jnp.any(remote, axis=1)
     x_t, x_r = _later(bus_t, bus_r, et, er)
     a_t, a_r = _after(x_t, x_r, xfer_v)
     b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
     bus_t, bus_r = jnp.where(sends, b_t, bus_t), jnp.where(sends, b_r, bus_r)
-    xfer_row = jnp.where(sends, x_t, -jnp.inf)[None]
-    arr_row = jnp.where(sends, a_t, -jnp.inf)[None]
-    return bus_t, bus_r, xfer_row, arr_row, jnp.where(remote, a_t, et), jnp.where(remote, a_r, er)
+    xfer_row = jnp.where(sends, x_t, -jnp.inf)[:, None]
+    arr_row = jnp.where(sends, a_t, -jnp.inf)[:, None]
+    in_t = jnp.where(remote, a_t[:, None], et[:, None])
+    in_r = jnp.where(remote, a_r[:, None], er[:, None])
+    return bus_t, bus_r, xfer_row, arr_row, in_t, in_r
 
 
-def _per_device_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote, devices):
+def _per_device_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote):
     """One transfer per remote consumer device, in device order; returns as `_broadcast_send`
-    with [D] transfer rows."""
-    need = jnp.any(remote[:, None] & (kid_dev[:, None] == devices), axis=0)  # [D]
+    with [L, D] transfer rows."""
+    n_dev = cluster.speed.shape[0]
     arr_t, arr_r, xfer_row = [], [], []
-    for dest in range(devices.shape[0]):
+    for dest in range(n_dev):
+        need = jnp.any(remote & (kid_dev == dest), axis=1)  # [L]
         x_t, x_r = _later(bus_t, bus_r, et, er)
         a_t, a_r = _after(x_t, x_r, xfer_v)
         b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
-        bus_t = jnp.where(need[dest], b_t, bus_t)
-        bus_r = jnp.where(need[dest], b_r, bus_r)
-        arr_t.append(jnp.where(need[dest], a_t, -jnp.inf))
+        bus_t = jnp.where(need, b_t, bus_t)
+        bus_r = jnp.where(need, b_r, bus_r)
+        arr_t.append(jnp.where(need, a_t, -jnp.inf))
         arr_r.append(a_r)
-        xfer_row.append(jnp.where(need[dest], x_t, -jnp.inf))
-    arr_t, arr_r, xfer_row = jnp.stack(arr_t), jnp.stack(arr_r), jnp.stack(xfer_row)
-    in_t = jnp.where(remote, _pick_device(arr_t, kid_dev, -jnp.inf), et)
-    in_r = jnp.where(remote, _pick_device(arr_r, kid_dev, 0), er)
-    return bus_t, bus_r, xfer_row, arr_t, in_t, in_r
+        xfer_row.append(jnp.where(need, x_t, -jnp.inf))
+    arr_t, arr_r = jnp.stack(arr_t), jnp.stack(arr_r)  # [D, L]
+    in_t = jnp.where(remote, _pick(arr_t, kid_dev, -jnp.inf), et[:, None])
+    in_r = jnp.where(remote, _pick(arr_r, kid_dev, 0), er[:, None])
+    return bus_t, bus_r, jnp.stack(xfer_row, axis=1), arr_t.T, in_t, in_r
 
 
 def peak_memory(
