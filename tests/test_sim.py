@@ -136,6 +136,21 @@ def test_explicit_vmap_equals_loop_on_padded_function():
         np.testing.assert_array_equal(batched.peak_memory[b], one.peak_memory)
 
 
+@pytest.mark.parametrize("broadcast", [True, False])
+def test_chunks_of_lanes_equal_one_placement_at_a_time(broadcast):
+    """67 rows: one chunk of 64 lanes and a last chunk of 3; each row as if simulated alone."""
+    graph = layered(60, seed=3)
+    pg = padded(graph)
+    sg, sc = SimGraph.from_padded(pg), sim_cluster(pj.Cluster(3, broadcast=broadcast))
+    rows = np.zeros((67, pg.n_pad), np.int32)
+    rows[:, : graph.n_ops] = np.random.default_rng(3).integers(0, 3, size=(67, graph.n_ops))
+    batch = simulate_batch(sg, sc, jnp.asarray(rows), broadcast)
+    for b in (0, 1, 63, 64, 66):
+        one = simulate_padded(sg, sc, jnp.asarray(rows[b]), broadcast)
+        for x, y in zip(batch, one, strict=True):
+            np.testing.assert_array_equal(x[b], y)
+
+
 def test_no_retrace_when_only_the_placement_changes():
     graph = layered(100, seed=5)
     other = layered(100, seed=6)

@@ -49,12 +49,11 @@ def sim_cluster(cluster: Cluster, float_dtype=None) -> SimCluster:
 
 
 def chunk_size() -> int:
-    """Placements simulated together (vmapped) in one chunk of a batch. On CPU, chunks run one
-    after the other so that a chunk's state stays in cache: measured on a 2-core x86 CPU, chunks
-    of 64 give 1.4x-2x the placements per CPU-second of one vmap over B = 1024, and 1.05x that of
-    chunks of 32 or 128 up to 2,048 padded ops (experiments/bench_simulator.py,
-    docs/simulator.md). On an accelerator the whole batch is one chunk (parallel lanes are what
-    it is for)."""
+    """Placements simulated together (the lanes of one `simulate_lanes` loop) in one chunk of a
+    batch. On CPU, chunks run one after the other so that a chunk's state stays in cache:
+    measured on a 2-core x86 CPU, 64 lanes give 1.1x-1.2x the placements per CPU-second of 32
+    and 1.0x-1.04x that of 128, at 512 and 2,048 padded ops (docs/simulator.md). On an accelerator
+    the whole batch is one chunk (parallel lanes are what it is for)."""
     return 64 if jax.default_backend() == "cpu" else 1 << 30
 
 

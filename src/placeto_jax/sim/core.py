@@ -14,6 +14,7 @@ step, in the order in which the event-driven simulation would start them:
 * A bus sends in the order its ops started (FIFO), so an op's transfers are fixed when it starts:
   start = max(bus free, op end), arrival = start + bytes / bandwidth, bus free = arrival + delta2.
 
+One loop simulates a chunk of placements, the lanes (`simulate_lanes`; layout in `_State`).
 Cost per placement: O(N (W + K + D)) for N ops, W chains, K max out-degree, D devices, plus an
 O(N log N) sort for peak memory (O(N D log N) without broadcast).
 """
