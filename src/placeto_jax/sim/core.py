@@ -168,8 +168,8 @@ def simulate_lanes(
     by_op = placements.T  # [Np, L]
     duration = graph.cost[:, None] / cluster.speed[by_op]  # [Np, L] µs
     xfer_time = graph.out_bytes[:, None] / cluster.bandwidth[by_op]  # [Np, L] µs
-    # What a step reads about the op it starts: one column of the graph (shared by all lanes)
-    # and one float row of its placement. Absent children point at their own op: a step then
+    # What a step reads about the op it starts: one row of the graph (shared by all lanes) and
+    # one float row of its placement. Absent children point at their own op: a step then
     # writes its consumers' state at indices in bounds (an out-of-bounds index makes an XLA CPU
     # scatter about 3x slower), and what it writes at its own op is never read again.
     own = jnp.arange(n_pad, dtype=jnp.int32)[:, None]
@@ -239,7 +239,8 @@ def simulate_lanes(
         slot_op = jnp.where(this, nxt, s.slot_op)
         slot_dev = jnp.where(this, u_dev, s.slot_dev)
         slot_rt = jnp.where(this, ready_t[u_at], slot_rt.reshape(n_slots, n_lanes))
-        slot_rp = jnp.where(this.reshape(-1, 1), jnp.tile(ready_rp[u_at], (n_slots, 1)), slot_rp)
+        slot_rp = jnp.where(this[..., None], ready_rp[u_at], slot_rp.reshape(n_slots, n_lanes, 2))
+        slot_rp = slot_rp.reshape(-1, 2)
         on_d = slot_dev == d
         u_free_t, u_free_r = _pick(dev_t, u_dev, -jnp.inf), _pick(dev_r, u_dev, -1)
         slot_free = jnp.where(on_d, free_t, jnp.where(this, u_free_t, s.slot_free))
