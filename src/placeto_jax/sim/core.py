@@ -359,17 +359,19 @@ def peak_memory(
 
     Each (op, device) pair holds at most one interval: the op's own output on its device, from
     start until the op, its local consumers and its transfers are done; or a copy on a consumer's
-    device, from arrival until the last consumer there ends. Every event time is a start, an end
-    or an arrival (a free is the latest of some of them), so events are placed on the instants of
-    one sorted list of those times (`_instants`), and a free's instant is the latest of its
-    parts' instants. With `broadcast`, an op's finite arrivals are all equal (one time per op)."""
+    device, from arrival until the last consumer there ends. A free is at an end or an arrival
+    (the latest of some of them), so the instants are those of the sorted ends and arrivals
+    (`_instants`), and a free's instant is the latest of its parts' instants. A start only
+    allocates; it joins the instant of the latest end or arrival not after it (instant 0 if
+    there is none): between two such instants memory only grows, so its largest value there is
+    the one after all of the interval's starts, which is what the instant then holds. With
+    `broadcast`, an op's finite arrivals are all equal (one time per op)."""
     n_pad = start.shape[0]
     devices = jnp.arange(n_dev, dtype=jnp.int32)
     arrives = jnp.isfinite(arrival)  # [Np, D]
     arrival_times = jnp.max(arrival, axis=1) if broadcast else arrival.reshape(-1)
-    n_instants, ranks = _instants(jnp.concatenate([start, end, arrival_times]))
-    at_start, at_end = ranks[:n_pad], ranks[n_pad : 2 * n_pad]  # [Np]
-    at_arrival = ranks[2 * n_pad :]
+    n_instants, at_events, at_start = _instants(jnp.concatenate([end, arrival_times]), start)
+    at_end, at_arrival = at_events[:n_pad], at_events[n_pad:]  # [Np], [Np or Np * D]
     at_arrival = at_arrival[:, None] if broadcast else at_arrival.reshape(n_pad, n_dev)
     at_arrival = jnp.where(arrives, at_arrival, -1)  # [Np, D]
     segment = graph.edge_src * n_dev + placement.at[graph.edge_dst].get(mode="fill", fill_value=0)
@@ -411,13 +413,16 @@ def _max_prefix_sum(x: jax.Array, block: int = 32) -> jax.Array:
     return jnp.max(offset[:, :, None] + inner, axis=(1, 2))
 
 
-def _instants(times: jax.Array) -> tuple[int, jax.Array]:
-    """(M, rank [M]) for times [M] µs (non-negative or -inf): each time's position among the
-    sorted times, equal times sharing the first position, so ranks compare as the times do.
+def _instants(events: jax.Array, others: jax.Array) -> tuple[int, jax.Array, jax.Array]:
+    """(M + 1, instant [M] of each of `events`, instant [X] of each of `others`) for times µs
+    (non-negative or -inf): a time's instant is the number of events at or before it, so equal
+    events share one, instants compare as the times do, and a time before every event is at 0.
 
     Times are compared through their bit patterns (monotone for non-negative floats): a
     one-operand integer sort is several times faster on CPU than sorting floats with a payload."""
-    int_type = jnp.int64 if times.dtype == jnp.float64 else jnp.int32
-    keys = jax.lax.bitcast_convert_type(times, int_type)
-    rank = jnp.searchsorted(jnp.sort(keys), keys, side="left", method="scan")
-    return times.shape[0], rank.astype(jnp.int32)
+    int_type = jnp.int64 if events.dtype == jnp.float64 else jnp.int32
+    keys = jax.lax.bitcast_convert_type(jnp.concatenate([events, others]), int_type)
+    m = events.shape[0]
+    rank = jnp.searchsorted(jnp.sort(keys[:m]), keys, side="right", method="scan")
+    rank = rank.astype(jnp.int32)
+    return m + 1, rank[:m], rank[m:]
