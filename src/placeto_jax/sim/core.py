@@ -182,6 +182,10 @@ def simulate_lanes(
     flat_placement = by_op.reshape(-1)  # [Np * L]
     n_sends = 1 if broadcast else n_dev  # transfer columns recorded per op
 
+    def flat(index: jax.Array) -> jax.Array:
+        """Flat index into [Np * L] (or [W * L]) arrays of per-lane indices [L] or [L, K]."""
+        return index * n_lanes + lanes.reshape((n_lanes,) + (1,) * (index.ndim - 1))
+
     def step(_, s: _State) -> _State:
         # 1. Choose: the known head whose start (device free vs ready) is earliest, then by
         #    ready time, then by op index.
@@ -189,15 +193,16 @@ def simulate_lanes(
         known = (s.slot_op >= 0) & (slot_p == 0)  # [W, L]
         start_t, start_r = _later(s.slot_free, s.slot_free_r, s.slot_rt, slot_r)
         i = _lexmin_slot([start_t, start_r, s.slot_rt, s.slot_op], known)  # [L]
-        at = i * n_lanes + lanes  # [L] flat slot index
+        at = flat(i)  # [L] flat slot index
         v, d = s.slot_op.reshape(-1)[at], s.slot_dev.reshape(-1)[at]
         st, sr = start_t.reshape(-1)[at], start_r.reshape(-1)[at]
-        row, floats = graph_rows[v], float_rows[v * n_lanes + lanes]  # [L, 2K + 1], [L, 2]
+        v_at = flat(v)
+        row, floats = graph_rows[v], float_rows[v_at]  # [L, 2K + 1], [L, 2]
         kids, kid_slot, nxt = row[:, :n_kids], row[:, n_kids : 2 * n_kids], row[:, -1]
-        kid_at = kids * n_lanes + lanes[:, None]  # [L, K] flat op index
+        kid_at = flat(kids)  # [L, K] flat op index
         present = kids != v[:, None]  # [L, K]
-        kid_dev = jnp.where(present, flat_placement[kid_at], -1)  # [L, K], -1 where absent
-        remote = present & (kid_dev != d[:, None])  # [L, K]
+        kid_dev = flat_placement[kid_at]  # [L, K]; an absent child (v itself) is on d
+        remote = kid_dev != d[:, None]  # [L, K]
 
         # 2. Run it; queue its transfers (FIFO on its device's bus); its consumers' input stamps.
         et, er = _after(st, sr, floats[:, 0])
@@ -224,7 +229,7 @@ def simulate_lanes(
         new_rp = jnp.stack([new_r, old_rp[..., 1] - 1], axis=-1)
         ready_t = s.ready_t.at[kid_at].set(new_t, mode="promise_in_bounds")
         ready_rp = s.ready_rp.at[kid_at].set(new_rp, mode="promise_in_bounds")
-        kid_slot_at = kid_slot * n_lanes + lanes[:, None]  # [L, K]
+        kid_slot_at = flat(kid_slot)  # [L, K]
         is_head = present & (s.slot_op.reshape(-1)[kid_slot_at] == kids)
         head_at = jnp.where(is_head, kid_slot_at, at[:, None])
         slot_rt = s.slot_rt.reshape(-1).at[head_at].set(new_t, mode="promise_in_bounds")
@@ -233,7 +238,7 @@ def simulate_lanes(
         # 4. Device state; the chain's next op becomes the slot's head.
         dev_t = jnp.where(on_dev, free_t, s.dev_t)
         dev_r = jnp.where(on_dev, free_r, s.dev_r)
-        u_at = jnp.maximum(nxt, 0) * n_lanes + lanes  # [L]
+        u_at = flat(jnp.maximum(nxt, 0))  # [L]
         u_dev = flat_placement[u_at]
         this = jnp.arange(n_slots)[:, None] == i  # [W, L]
         slot_op = jnp.where(this, nxt, s.slot_op)
@@ -245,7 +250,6 @@ def simulate_lanes(
         u_free_t, u_free_r = _pick(dev_t, u_dev, -jnp.inf), _pick(dev_r, u_dev, -1)
         slot_free = jnp.where(on_d, free_t, jnp.where(this, u_free_t, s.slot_free))
         slot_free_r = jnp.where(on_d, free_r, jnp.where(this, u_free_r, s.slot_free_r))
-        v_at = v * n_lanes + lanes
         return _State(
             ready_t=ready_t,
             ready_rp=ready_rp,
