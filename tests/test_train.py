@@ -130,12 +130,14 @@ def test_gradient_chunks_do_not_change_the_gradient():
         trainer = Trainer.create(config, bank)
         env_params = trainer.env.params(bank, CLUSTER)
         state = trainer.init(jax.random.key(0), env_params)
-        rollout, _ = trainer.rollout(
+        rollout, _ = jax.jit(trainer.rollout, static_argnames="greedy")(
             state.params, env_params, jax.random.key(1), trainer.episode_graphs(0), greedy=False
         )
         advantage = jnp.where(rollout.active, jnp.cumsum(rollout.reward[::-1], 0)[::-1], 0.0)
         grads.append(
-            trainer.loss_and_grad(state.params, env_params, rollout, advantage, jnp.float32(0.01))
+            jax.jit(trainer.loss_and_grad)(
+                state.params, env_params, rollout, advantage, jnp.float32(0.01)
+            )
         )
     np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(grads[0][2]), jax.tree.leaves(grads[1][2]), strict=True):
