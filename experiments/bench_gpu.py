@@ -8,7 +8,9 @@ benchmark's graphs (`layered(n, seed=0)`, 4 devices) at N in {100, 500, 2000} an
 16384}, and the trainer's decisions per second (`bench_training.measure`: 100 nodes of
 family:ptb/0, B = 256). Under 5 minutes on one GPU. On a CPU backend, or with `--quick`, it runs a
 small version (N in {100, 500}, B in {64, 256}, a 20-node trainer at B = 8) so that CI can run it.
-Writes every number, with the machine, to `--out` atomically.
+Ends with a Markdown table of the rates and, for the full sizes, the issue's aims (at least
+1,000,000 placements per second at N = 100 and 100,000 at N = 500, best over B). Writes every
+number, with the machine, to `--out` atomically.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ FULL = {"sizes": [100, 500, 2000], "batches": [1024, 16384], "trainer": (100, 25
 QUICK = {"sizes": [100, 500], "batches": [64, 256], "trainer": (20, 8, 1)}
 DEVICES = 4
 TRAINER_GRAPH = "family:ptb/0"
+AIMS = {100: 1_000_000, 500: 100_000}  # placements per second, best over the batch sizes
 
 
 def simulator_rate(n_ops: int, batch: int, min_time: float) -> dict:
@@ -61,6 +64,35 @@ def simulator_rate(n_ops: int, batch: int, min_time: float) -> dict:
     }
 
 
+def table(rows: list[dict], trainer: dict, device: str) -> str:
+    """Markdown table: one row per (N, B) with its rate and first call, then the trainer's."""
+    lines = [
+        f"| {device} | B | placements/s | first call (s) |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| N = {row['n_ops']} | {row['batch']} | {row['placements_per_s']:,.0f} "
+            f"| {row['first_call_s']:.1f} |"
+        )
+    lines.append(
+        f"| trainer, {trainer['nodes']} nodes | {trainer['batch']} "
+        f"| {trainer['decisions_per_s']:,.0f} decisions/s | |"
+    )
+    return "\n".join(lines)
+
+
+def aims_summary(rows: list[dict]) -> str:
+    """One line per aimed N: the best rate over the batch sizes against the aim."""
+    lines = []
+    for n_ops, aim in AIMS.items():
+        rates = [r["placements_per_s"] for r in rows if r["n_ops"] == n_ops]
+        if rates:
+            verdict = "meets" if max(rates) >= aim else "BELOW"
+            lines.append(f"aim N={n_ops}: {max(rates):,.0f} placements/s (>= {aim:,}): {verdict}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes (automatic on CPU)")
@@ -87,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         "decisions/s",
         flush=True,
     )
+    print(table(rows, trainer, device.device_kind))
+    if plan is FULL:
+        print(aims_summary(rows))
     data = {
         "machine": machine(),
         "device": device.device_kind,

@@ -38,6 +38,15 @@ def load_bench():
     return module
 
 
+def load_gpu_bench(monkeypatch):
+    """bench_gpu.py as a module (it imports its neighbours by name, as when run as a script)."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("bench_gpu", GPU_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def assert_valid_row(row: dict) -> None:
     assert row.keys() >= ROW_KEYS, row
     assert row["repeats"] >= 2
@@ -154,9 +163,9 @@ def test_scaling_and_memory_summaries():
     ]
 
 
-@pytest.mark.slow
 def test_gpu_bench_quick_on_cpu(tmp_path):
-    """bench_gpu.py in its small CPU mode: simulator rows and the trainer's rate, as JSON."""
+    """bench_gpu.py in its small CPU mode, in the default suite so that CI runs `make bench-gpu`'s
+    script: simulator rows and the trainer's rate, printed as a table and written as JSON."""
     out = tmp_path / "gpu.json"
     cmd = [sys.executable, str(GPU_SCRIPT), "--quick", "--min-time", "0.01", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
@@ -172,3 +181,26 @@ def test_gpu_bench_quick_on_cpu(tmp_path):
     ]
     assert all(r["placements_per_s"] > 0 for r in data["simulator"])
     assert data["trainer"]["decisions_per_s"] > 0
+    assert "| N = 500 | 256 | " in proc.stdout and "aim N=" not in proc.stdout  # no aims if quick
+
+
+def test_gpu_table_and_aims(monkeypatch):
+    gpu = load_gpu_bench(monkeypatch)
+    rows = [
+        {"n_ops": 100, "batch": 1024, "placements_per_s": 400_000.0, "first_call_s": 2.04},
+        {"n_ops": 100, "batch": 16384, "placements_per_s": 1_250_000.0, "first_call_s": 3.0},
+        {"n_ops": 500, "batch": 16384, "placements_per_s": 99_999.4, "first_call_s": 9.96},
+    ]
+    trainer = {"nodes": 100, "batch": 256, "decisions_per_s": 12345.6}
+    assert gpu.table(rows, trainer, "NVIDIA H200").splitlines() == [
+        "| NVIDIA H200 | B | placements/s | first call (s) |",
+        "|---|---|---|---|",
+        "| N = 100 | 1024 | 400,000 | 2.0 |",
+        "| N = 100 | 16384 | 1,250,000 | 3.0 |",
+        "| N = 500 | 16384 | 99,999 | 10.0 |",
+        "| trainer, 100 nodes | 256 | 12,346 decisions/s | |",
+    ]
+    assert gpu.aims_summary(rows).splitlines() == [
+        "aim N=100: 1,250,000 placements/s (>= 1,000,000): meets",
+        "aim N=500: 99,999 placements/s (>= 100,000): BELOW",
+    ]
