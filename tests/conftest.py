@@ -19,14 +19,12 @@ jax.config.update("jax_enable_x64", True)
 @pytest.fixture(scope="session", autouse=True)
 def shared_compilation_cache(request, tmp_path_factory):
     if "JAX_COMPILATION_CACHE_DIR" in os.environ:
-        yield
         return
     base = tmp_path_factory.getbasetemp()
     session_dir = base.parent if hasattr(request.config, "workerinput") else base  # xdist worker
     jax.config.update("jax_compilation_cache_dir", str(session_dir / "jax-compilation-cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax_cache.reset_cache()  # in case a compile during collection checked for a cache
-    yield
 
 
 @pytest.fixture
