@@ -14,6 +14,7 @@ from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.config import EnvConfig
 from placeto_jax.env import PlacetoEnv, build_bank, prepare
 from placeto_jax.graphs import generators
+from placeto_jax.sim.padded import fine_bucket
 
 pytestmark = pytest.mark.usefixtures("float32")
 
@@ -217,3 +218,12 @@ def test_op_graph_rewards_need_a_coarsened_graph():
 def test_a_graph_larger_than_every_bucket_is_refused():
     with pytest.raises(ValueError, match="larger than every bucket"):
         build_bank([prepare("layered", generators.layered(40))], buckets=(8, 16, 32))
+
+
+def test_edges_are_padded_to_an_eighth_of_their_power_of_two():
+    # 706 edges -> 768 (multiples of 1024 / 8), 513 -> 640, 512 stays, 9 -> 16 (at least 8).
+    assert [fine_bucket(n) for n in (706, 513, 512, 9, 8, 1)] == [768, 640, 512, 16, 8, 8]
+    graph = generators.layered(50)
+    assert graph.n_edges == 84  # between 64 and 128: a multiple of 16, not 128
+    bank = build_bank([prepare("layered", graph)])
+    assert bank.senders.shape[1] == 96 and bank.edge_mask.sum() == 84

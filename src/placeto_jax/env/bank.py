@@ -12,7 +12,14 @@ import numpy as np
 
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.grouping import Grouping, group
-from placeto_jax.sim.padded import PaddedGraph, bucket, chain_cover, pad_graph, round_up
+from placeto_jax.sim.padded import (
+    PaddedGraph,
+    bucket,
+    chain_cover,
+    fine_bucket,
+    pad_graph,
+    round_up,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +127,8 @@ def build_bank(graphs: list[PlacementGraph], buckets: tuple[int, ...] | None = N
         op_to_group = np.zeros((len(graphs), op_sim.cost.shape[1]), dtype=np.int32)
         for i, p in enumerate(graphs):
             op_to_group[i, : p.op_to_group.size] = p.op_to_group
-    n_edges = bucket(max(max(p.graph.n_edges for p in graphs), 1), 1)
+    # The policy's time is mostly per edge value (docs/agent.md): a finer bucket than for nodes.
+    n_edges = fine_bucket(max(p.graph.n_edges for p in graphs))
     per_graph = [_graph_arrays(p.graph, n_pad, n_edges) for p in graphs]
     stacked = {k: np.stack([a[k] for a in per_graph]) for k in per_graph[0]}
     return Bank(

@@ -56,6 +56,12 @@ def round_up(n: int, multiple: int = 8) -> int:
     return -(-max(int(n), 1) // multiple) * multiple
 
 
+def fine_bucket(n: int) -> int:
+    """Smallest multiple of an eighth of n's power of two (at least 8) >= n: at most 1/8
+    padding, with 8 sizes per power of two (706 -> 768, where `bucket` gives 1,024)."""
+    return round_up(n, max(8, bucket(n, 1) // 8))
+
+
 def pad_graph(
     graph: Graph,
     n_pad: int | None = None,
