@@ -221,9 +221,11 @@ def test_a_graph_larger_than_every_bucket_is_refused():
 
 
 def test_edges_are_padded_to_an_eighth_of_their_power_of_two():
-    # 706 edges -> 768 (multiples of 1024 / 8), 513 -> 640, 512 stays, 9 -> 16 (at least 8).
-    assert [fine_bucket(n) for n in (706, 513, 512, 9, 8, 1)] == [768, 640, 512, 16, 8, 8]
-    graph = generators.layered(50)
-    assert graph.n_edges == 84  # between 64 and 128: a multiple of 16, not 128
+    # Multiples of 1024 / 8 for 706 and 513, of 64 (the smallest step) for 300 and 84; 64 for
+    # every count up to 64.
+    expected = {706: 768, 513: 640, 512: 512, 300: 320, 84: 128, 64: 64, 9: 64, 1: 64}
+    assert {n: fine_bucket(n) for n in expected} == expected
+    graph = generators.layered(150)
+    assert graph.n_edges == 284  # between 256 and 512: a multiple of 64, not 512
     bank = build_bank([prepare("layered", graph)])
-    assert bank.senders.shape[1] == 96 and bank.edge_mask.sum() == 84
+    assert bank.senders.shape[1] == 320 and bank.edge_mask.sum() == 284
