@@ -56,11 +56,11 @@ def round_up(n: int, multiple: int = 8) -> int:
     return -(-max(int(n), 1) // multiple) * multiple
 
 
-def fine_bucket(n: int, minimum: int = 64) -> int:
-    """Smallest multiple of an eighth of n's power of two (at least `minimum`) >= n: at most
-    1/8 padding above 8 x minimum (706 -> 768, where `bucket` gives 1,024), and one size for
-    all small n, so that small graphs share compiled programs."""
-    return round_up(n, max(minimum, bucket(n, 1) // 8))
+def fine_bucket(n: int) -> int:
+    """Smallest multiple of an eighth of n's power of two, and of 64, >= n: at most 1/8
+    padding above 512 (706 -> 768, where `bucket` gives 1,024), and 64 for every n <= 64, so
+    that small graphs share compiled programs."""
+    return round_up(n, max(64, bucket(n, 1) // 8))
 
 
 def pad_graph(
