@@ -146,7 +146,7 @@ def _stack_padded(graphs: list[Graph], n_pad: int | None) -> PaddedGraph:
     n_pad = n_pad or bucket(max(g.n_ops for g in graphs))
     kids = bucket(max(max(int(g.out_degree.max(initial=0)), 1) for g in graphs), 1)
     chains = round_up(max(len(chain_cover(g)) for g in graphs))
-    edges = bucket(max(max(g.n_edges, 1) for g in graphs), 1)
+    edges = fine_bucket(max(g.n_edges for g in graphs))
     padded = [pad_graph(g, n_pad, kids, chains, edges) for g in graphs]
     return PaddedGraph(
         **{
