@@ -22,10 +22,8 @@ from pathlib import Path
 
 import jax
 
-jax.config.update("jax_enable_x64", True)
-
-from placeto_jax import Cluster, resolve_graph  # noqa: E402
-from placeto_jax.placers import METHODS, run_method  # noqa: E402
+from placeto_jax import Cluster, resolve_graph
+from placeto_jax.placers import METHODS, run_method
 
 LEARNED = ("rnn", "hierarchical")
 

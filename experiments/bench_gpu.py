@@ -44,7 +44,11 @@ def simulator_rate(n_ops: int, batch: int, min_time: float) -> dict:
     pg = api.padded(graph)
     rows = np.zeros((batch, pg.n_pad), dtype=np.int32)
     rows[:, :n_ops] = random_placements(n_ops, batch, DEVICES)
-    args = (api.device_graph(graph), api.sim_cluster(cluster), jax.device_put(rows))
+    args = (
+        api.device_graph(graph, np.float32),
+        api.sim_cluster(cluster, np.float32),
+        jax.device_put(rows),
+    )
     tic = time.perf_counter()
     jax.block_until_ready(api.simulate_batch(*args, cluster.broadcast))
     first_s = time.perf_counter() - tic
@@ -112,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     nodes, batch, updates = plan["trainer"]
-    with jax.enable_x64(False):
-        trainer = measure(TRAINER_GRAPH, nodes, batch, updates, DEVICES)
+    trainer = measure(TRAINER_GRAPH, nodes, batch, updates, DEVICES)
     print(
         f"trainer {trainer['nodes']} nodes B={batch}: {trainer['decisions_per_s']:,.0f} "
         "decisions/s",

@@ -170,13 +170,17 @@ def run_one(
         pin_to_one_core()
     import jax
 
-    jax.config.update("jax_enable_x64", bool(x64))
     import placeto_jax as pj
 
     graph, cluster = benchmark_graph(n_ops), pj.Cluster(n_devices)
     placements = random_placements(n_ops, batch, n_devices)
-    first, first_wall, first_cpu = timed(lambda: pj.simulate(graph, cluster, placements))
-    steady = steady_state(lambda: pj.simulate(graph, cluster, placements), min_time)
+    dtype = np.float64 if x64 else np.float32
+
+    def run():
+        return pj.simulate(graph, cluster, placements, dtype=dtype)
+
+    first, first_wall, first_cpu = timed(run)
+    steady = steady_state(run, min_time)
     return {
         "n_ops": n_ops,
         "n_edges": graph.n_edges,

@@ -24,7 +24,7 @@ from placeto_jax.env import build_bank, prepare
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.report import format_table
 from placeto_jax.rl.loop import cluster_of
-from placeto_jax.rl.train import Hyper, Trainer
+from placeto_jax.rl.train import make_train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,21 +36,20 @@ def measure(graph_spec: str, nodes: int, batch: int, updates: int, devices: int)
     cluster = cluster_of(config)
     pg = prepare(graph_spec, resolve_graph(graph_spec), nodes, cluster.delta1)
     bank = build_bank([pg], config.run.buckets)
-    trainer = Trainer.create(config, bank, cluster.broadcast)
-    env_params = trainer.env.params(bank, cluster)
-    state = trainer.init(jax.random.key(0), env_params)
-    hyper = Hyper.of(config)
+    run = make_train(config, bank, cluster)
+    env_params, hyper = run.env_params, run.hyper
+    state = run.init(jax.random.key(0), env_params)
     tic = time.perf_counter()
-    update = jax.jit(trainer.update).lower(state, env_params, hyper).compile()
+    update = run.updates.lower(state, hyper, env_params, count=1).compile()
     compile_s = time.perf_counter() - tic
-    state, _ = jax.block_until_ready(update(state, env_params, hyper))  # warm-up
+    state, _ = jax.block_until_ready(update(state, hyper, env_params))  # warm-up
     times = []
     for _ in range(updates):
         tic = time.perf_counter()
-        state, _ = jax.block_until_ready(update(state, env_params, hyper))
+        state, _ = jax.block_until_ready(update(state, hyper, env_params))
         times.append(time.perf_counter() - tic)
     per_update = statistics.median(times)
-    decisions = batch * trainer.n_steps
+    decisions = batch * run.trainer.n_steps
     return {
         "graph": graph_spec,
         "nodes": pg.graph.n_ops,
@@ -74,17 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results/bench/training.json")
     args = parser.parse_args(argv)
     rows = []
-    with jax.enable_x64(False):
-        for nodes in args.nodes:
-            for batch in args.batch:
-                rows.append(measure(args.graph, nodes, batch, args.updates, args.devices))
-                write_json(args.out, {"machine": machine(), "rows": rows})  # so far
-                r = rows[-1]
-                print(
-                    f"  {r['nodes']} nodes, B={batch}: {r['decisions_per_s']:,.0f} decisions/s",
-                    file=sys.stderr,
-                    flush=True,
-                )
+    for nodes in args.nodes:
+        for batch in args.batch:
+            rows.append(measure(args.graph, nodes, batch, args.updates, args.devices))
+            write_json(args.out, {"machine": machine(), "rows": rows})  # so far
+            r = rows[-1]
+            print(
+                f"  {r['nodes']} nodes, B={batch}: {r['decisions_per_s']:,.0f} decisions/s",
+                file=sys.stderr,
+                flush=True,
+            )
     table = [("graph", "nodes", "padded", "batch", "decisions/s", "update s", "compile s")]
     for r in rows:
         table.append(

@@ -20,7 +20,6 @@ import json
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 import placeto_jax as pj
@@ -152,7 +151,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not args.data.is_dir():
         raise SystemExit(f"--data {args.data} is not a folder")
-    jax.config.update("jax_enable_x64", True)
     files = benchmark_files(args.data)
     if not files:
         raise SystemExit(f"no graph files (*.json) under {args.data}")

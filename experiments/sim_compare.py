@@ -113,11 +113,11 @@ def main() -> int:
         rows = np.zeros((b, pg.n_pad), np.int32)
         rows[:, :n] = random_placements(n, b, args.devices)
         rows = jax.numpy.asarray(rows)
-        cluster = api.sim_cluster(pj.Cluster(args.devices))
+        cluster = api.sim_cluster(pj.Cluster(args.devices), np.float32)
         chunk = api.chunk_size()
         fns = {}
         for label, core in (("base", base), ("new", new)):
-            g = core.SimGraph.from_padded(pg)
+            g = core.SimGraph.from_padded(pg, np.float32)
             fns[label] = (batch_fn(core, chunk), g)
         outs = {k: jax.block_until_ready(f(g, cluster, rows)) for k, (f, g) in fns.items()}
         differ = [

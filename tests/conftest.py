@@ -1,5 +1,7 @@
-"""Shared test setup: float64 everywhere so the simulator can be compared exactly; the agent's
-tests opt into float32 (how the agent runs) with `pytestmark = pytest.mark.usefixtures("float32")`.
+"""Shared test setup. Tests run with JAX's defaults, as a user's program does: the library
+chooses its own precision (the host simulator float64, the agent float32), so no test sets the
+global `jax_enable_x64` flag; tests of the padded simulator core make float64 arrays inside
+`precision.scope(np.float64)`.
 
 Compiled programs go to a persistent compilation cache shared by the session's workers, so that
 tests which build the same program again (a resumed run, a second CLI call) load it instead of
@@ -13,8 +15,6 @@ import jax
 import pytest
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
-jax.config.update("jax_enable_x64", True)
-
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_compilation_cache(request, tmp_path_factory):
@@ -25,9 +25,3 @@ def shared_compilation_cache(request, tmp_path_factory):
     jax.config.update("jax_compilation_cache_dir", str(session_dir / "jax-compilation-cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax_cache.reset_cache()  # in case a compile during collection checked for a cache
-
-
-@pytest.fixture
-def float32():
-    with jax.enable_x64(False):
-        yield

@@ -27,8 +27,8 @@ import numpy as np  # noqa: E402
 from placeto_jax import Cluster, Graph  # noqa: E402
 from placeto_jax.config import make_config  # noqa: E402
 from placeto_jax.env import build_bank, prepare  # noqa: E402
-from placeto_jax.rl.sharding import episode_mesh, local_copy, replicate, replicated  # noqa: E402
-from placeto_jax.rl.train import Hyper, Trainer  # noqa: E402
+from placeto_jax.rl.sharding import episode_mesh, local_copy  # noqa: E402
+from placeto_jax.rl.train import make_train  # noqa: E402
 
 GRAPH = Graph.from_edges([100.0] * 8, [1e5] * 8, [(0, 1), (1, 2), (2, 3), (4, 5), (5, 6), (6, 7)])
 CONFIG = make_config(None, ["train.episodes=8", "policy.rounds=2"], n_devices=2)
@@ -36,17 +36,10 @@ CONFIG = make_config(None, ["train.episodes=8", "policy.rounds=2"], n_devices=2)
 
 def params_after_two_updates(mesh) -> list[np.ndarray]:
     bank = build_bank([prepare("chains", GRAPH)])
-    trainer = Trainer.create(CONFIG, bank, mesh=mesh)
-    env_params = trainer.env.params(bank, Cluster.preset("placeto-k80", 2))
-    hyper = Hyper.of(CONFIG)
-    init = jax.jit(trainer.init)
-    if mesh is not None:
-        env_params, hyper = replicate((env_params, hyper), mesh)
-        init = jax.jit(trainer.init, out_shardings=replicated(mesh))
-    state = init(jax.random.key(0), env_params)
-    update = jax.jit(trainer.update)
+    run = make_train(CONFIG, bank, Cluster.preset("placeto-k80", 2), mesh)
+    state = run.init(jax.random.key(0), run.env_params)
     for _ in range(2):
-        state, _ = update(state, env_params, hyper)
+        state, _ = run.updates(state, run.hyper, run.env_params, count=1)
     return jax.tree.leaves(local_copy(state.params))
 
 

@@ -12,8 +12,6 @@ from placeto_jax.config import apply
 from placeto_jax.graphs.io import save_graph
 from placeto_jax.reproduce import ablations
 
-pytestmark = pytest.mark.usefixtures("float32")
-
 EXPECTED = {
     "full Placeto": {},
     "no message passing": {"policy.message_passing": "none"},

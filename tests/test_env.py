@@ -16,11 +16,10 @@ from placeto_jax.env import PlacetoEnv, build_bank, prepare
 from placeto_jax.graphs import generators
 from placeto_jax.sim.padded import fine_bucket
 
-pytestmark = pytest.mark.usefixtures("float32")
-
 # Two devices, 1,000 bytes/µs buses, no per-op or per-transfer overheads: makespans by hand.
 CLUSTER = Cluster(n_devices=2, speed=1.0, bandwidth=1000.0, delta1=0.0, delta2=0.0)
 RAW = EnvConfig(initial_placement="single", normalize="none")
+KEY = jax.random.key(0)  # the step's key (unused: steps are deterministic)
 
 
 class Jitted:
@@ -37,7 +36,7 @@ class Jitted:
 def _env(config=RAW, graphs=None, cluster=CLUSTER, buckets=None):
     graphs = graphs or [prepare("diamond", generators.diamond())]
     env = PlacetoEnv(config, cluster.n_devices, cluster.broadcast)
-    return Jitted(env), env.params(build_bank(graphs, buckets), cluster)
+    return Jitted(env), env.env_params(build_bank(graphs, buckets), cluster)
 
 
 def test_hand_traced_episode_on_the_diamond():
@@ -45,8 +44,8 @@ def test_hand_traced_episode_on_the_diamond():
     # makespan 190. Then a->1: a's output takes 76 µs, b starts at 176, c 226, d 256-266.
     # b->1: c waits for a (176-206), b's output queues behind a's on bus 1 (176-183.6),
     # d 206-216. c->0: no change. d->1: c's output leaves at 206, arrives 213.6, d 213.6-223.6.
-    env, params = _env()
-    state, obs = env.reset(jax.random.key(0), params, jnp.int32(0))
+    env, env_params = _env()
+    state, obs = env.reset(jax.random.key(0), env_params)
     assert float(state.makespan) == pytest.approx(190.0)
     np.testing.assert_array_equal(state.order[:4], [0, 1, 2, 3])
     expected = [
@@ -58,22 +57,22 @@ def test_hand_traced_episode_on_the_diamond():
     before = 190.0
     for i, (action, placement, makespan) in enumerate(expected):
         assert int(obs.node) == i
-        state, obs, reward, done = env.step(state, jnp.int32(action), params)
+        state, obs, reward, done = env.step(KEY, state, jnp.int32(action), env_params)
         np.testing.assert_array_equal(state.placement[:4], placement)
         assert float(state.makespan) == pytest.approx(makespan, rel=1e-6)
         assert float(reward) == pytest.approx((before - makespan) * 1e-6, rel=1e-5)
         assert bool(done) == (i == 3)
         before = makespan
     # After the episode: steps change nothing and reward nothing.
-    same, _, reward, done = env.step(state, jnp.int32(0), params)
+    same, _, reward, done = env.step(KEY, state, jnp.int32(0), env_params)
     np.testing.assert_array_equal(same.placement, state.placement)
     assert float(reward) == 0.0 and bool(done)
     assert float(state.best_runtime) == pytest.approx(190e-6)
 
 
 def test_observation_features_by_hand():
-    env, params = _env()
-    state, obs = env.reset(jax.random.key(0), params, jnp.int32(0))
+    env, env_params = _env()
+    state, obs = env.reset(jax.random.key(0), env_params)
     f = np.asarray(obs.features)
     assert f.shape == (8, 5 + 2)  # diamond padded to 8 nodes, d = 5 + D
     np.testing.assert_allclose(f[:4, 0], [1.0, 0.5, 0.3, 0.1], rtol=1e-6)  # cost / max
@@ -85,7 +84,7 @@ def test_observation_features_by_hand():
     np.testing.assert_array_equal(f[4:], 0)  # padding rows
     np.testing.assert_array_equal(obs.descendants[:4], [False, True, True, True])
     np.testing.assert_array_equal(obs.ancestors[:4], [False, False, False, False])
-    state, obs, _, _ = env.step(state, jnp.int32(1), params)  # a -> 1; current node b
+    state, obs, _, _ = env.step(KEY, state, jnp.int32(1), env_params)  # a -> 1; current node b
     f = np.asarray(obs.features)
     np.testing.assert_array_equal(f[:4, 2], [1, 0, 0, 0])
     np.testing.assert_array_equal(f[:4, 3], [0, 1, 0, 0])
@@ -95,11 +94,11 @@ def test_observation_features_by_hand():
     np.testing.assert_array_equal(obs.descendants[:4], [False, False, False, True])
 
 
-def _rollout(env, params, actions, key=0, graph=0):
-    state, _ = env.reset(jax.random.key(key), params, jnp.int32(graph))
+def _rollout(env, env_params, actions, key=0, graph=0):
+    state, _ = env.reset(jax.random.key(key), env_params.on_graph(graph))
     rewards = []
     for a in actions:
-        state, _, r, _ = env.step(state, jnp.int32(a), params)
+        state, _, r, _ = env.step(KEY, state, jnp.int32(a), env_params)
         rewards.append(float(r))
     return state, np.array(rewards)
 
@@ -116,18 +115,18 @@ def test_rewards_do_not_depend_on_padding():
 
 
 def test_vmapped_batch_equals_single_episodes():
-    env, params = _env(dataclasses.replace(RAW, initial_placement="random"))
+    env, env_params = _env(dataclasses.replace(RAW, initial_placement="random"))
     keys = jax.random.split(jax.random.key(3), 5)
     actions = jnp.array([[0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [0, 1, 0, 1]])
-    reset = jax.jit(jax.vmap(env.env.reset, (0, None, None)))
-    step = jax.jit(jax.vmap(env.env.step, (0, 0, None)))
-    state, _ = reset(keys, params, jnp.int32(0))
+    reset = jax.jit(jax.vmap(env.env.reset, (0, None)))
+    step = jax.jit(jax.vmap(env.env.step, (None, 0, 0, None)))
+    state, _ = reset(keys, env_params)
     for t in range(4):
-        state, _, _, _ = step(state, actions[:, t], params)
+        state, _, _, _ = step(KEY, state, actions[:, t], env_params)
     for b in range(5):
-        s, _ = env.reset(keys[b], params, jnp.int32(0))
+        s, _ = env.reset(keys[b], env_params)
         for t in range(4):
-            s, _, _, _ = env.step(s, actions[b, t], params)
+            s, _, _, _ = env.step(KEY, s, actions[b, t], env_params)
         np.testing.assert_array_equal(state.placement[b], s.placement)
         assert float(state.runtime[b]) == float(s.runtime)
 
@@ -136,10 +135,9 @@ def test_initial_placements():
     graphs = [prepare("layered", generators.layered(20, seed=1))]
     placements = {}
     for kind in ("single", "fixed", "random"):
-        env, params = _env(dataclasses.replace(RAW, initial_placement=kind), graphs)
+        env, env_params = _env(dataclasses.replace(RAW, initial_placement=kind), graphs)
         placements[kind] = [
-            np.asarray(env.reset(jax.random.key(k), params, jnp.int32(0))[0].placement[:20])
-            for k in (0, 1)
+            np.asarray(env.reset(jax.random.key(k), env_params)[0].placement[:20]) for k in (0, 1)
         ]
     np.testing.assert_array_equal(placements["single"][0], 0)
     np.testing.assert_array_equal(placements["fixed"][0], placements["fixed"][1])
@@ -148,21 +146,21 @@ def test_initial_placements():
 
 def test_random_traversal_visits_every_node_once_per_pass():
     graphs = [prepare("layered", generators.layered(20, seed=1))]
-    env, params = _env(dataclasses.replace(RAW, traversal="random", passes=2), graphs)
-    state, _ = env.reset(jax.random.key(5), params, jnp.int32(0))
+    env, env_params = _env(dataclasses.replace(RAW, traversal="random", passes=2), graphs)
+    state, _ = env.reset(jax.random.key(5), env_params)
     order = np.asarray(state.order)
     assert sorted(order[:20]) == list(range(20))
-    assert not np.array_equal(order[:20], np.asarray(params.bank.order[0, :20]))
+    assert not np.array_equal(order[:20], np.asarray(env_params.bank.order[0, :20]))
     visited = []
     for _ in range(40):
-        visited.append(int(env.current_node(state, params)))
-        state, _, _, done = env.step(state, jnp.int32(1), params)
+        visited.append(int(env.current_node(state, env_params)))
+        state, _, _, done = env.step(KEY, state, jnp.int32(1), env_params)
     assert visited == list(order[:20]) * 2 and bool(done)
 
 
 def test_normalised_runtime_is_relative_to_the_initial_one():
-    env, params = _env(dataclasses.replace(RAW, normalize="initial"))
-    state, rewards = _rollout(env, params, [1, 1, 0, 1])
+    env, env_params = _env(dataclasses.replace(RAW, normalize="initial"))
+    state, rewards = _rollout(env, env_params, [1, 1, 0, 1])
     assert float(state.scale) == pytest.approx(190e-6)
     np.testing.assert_allclose(rewards, np.array([-76, 50, 0, -7.6]) / 190, rtol=1e-4)
 
@@ -171,12 +169,12 @@ def test_memory_penalty_and_its_cap():
     # 2 GB of parameters on op a; devices of 1 GB: 1 GB over on device 0 -> 2 s per GB.
     graph = Graph.from_edges([10.0, 10.0], [0.0, 0.0], [(0, 1)], param_bytes=[2e9, 0.0])
     small = dataclasses.replace(CLUSTER, memory=1e9)
-    env, params = _env(graphs=[prepare("g", graph)], cluster=small)
-    state, _ = env.reset(jax.random.key(0), params, jnp.int32(0))
+    env, env_params = _env(graphs=[prepare("g", graph)], cluster=small)
+    state, _ = env.reset(jax.random.key(0), env_params)
     assert float(state.runtime) == pytest.approx(20e-6 + 2.0, rel=1e-6)
     capped = dataclasses.replace(RAW, memory_penalty_cap=0.5)
-    env, params = _env(capped, graphs=[prepare("g", graph)], cluster=small)
-    state, _ = env.reset(jax.random.key(0), params, jnp.int32(0))
+    env, env_params = _env(capped, graphs=[prepare("g", graph)], cluster=small)
+    state, _ = env.reset(jax.random.key(0), env_params)
     assert float(state.runtime) == pytest.approx(20e-6 + 0.5, rel=1e-6)
 
 
@@ -185,17 +183,17 @@ def test_action_mask_forbids_devices_the_node_would_overflow():
     graph = Graph.from_edges([1.0] * 3, [0.0] * 3, [(0, 1), (1, 2)], param_bytes=[6e8] * 3)
     cluster = dataclasses.replace(CLUSTER, memory=1e9)
     config = dataclasses.replace(RAW, mask_out_of_memory=True, initial_placement="fixed")
-    env, params = _env(config, graphs=[prepare("g", graph)], cluster=cluster)
-    state, obs = env.reset(jax.random.key(0), params, jnp.int32(0))
+    env, env_params = _env(config, graphs=[prepare("g", graph)], cluster=cluster)
+    state, obs = env.reset(jax.random.key(0), env_params)
     state = dataclasses.replace(state, placement=jnp.array([0, 0, 0, 0, 0, 0, 0, 0]))
-    obs = env.observe(dataclasses.replace(state, t=jnp.int32(1)), params)  # current node b
+    obs = env.observe(dataclasses.replace(state, t=jnp.int32(1)), env_params)  # current node b
     np.testing.assert_array_equal(obs.action_mask, [False, True])
     unmasked, _ = _env(
         dataclasses.replace(config, mask_out_of_memory=False),
         graphs=[prepare("g", graph)],
         cluster=cluster,
     )
-    np.testing.assert_array_equal(unmasked.observe(state, params).action_mask, [True, True])
+    np.testing.assert_array_equal(unmasked.observe(state, env_params).action_mask, [True, True])
 
 
 def test_op_graph_rewards_simulate_the_expanded_placement():
@@ -203,8 +201,10 @@ def test_op_graph_rewards_simulate_the_expanded_placement():
     pg = prepare("layered", ops, group_target=10)
     assert pg.graph.n_ops <= 10 and pg.op_graph is ops
     config = dataclasses.replace(RAW, reward_graph="ops", initial_placement="fixed")
-    env, params = _env(config, graphs=[pg])
-    state, _ = _rollout(env, params, [1, 0] * (pg.graph.n_ops // 2) + [1] * (pg.graph.n_ops % 2))
+    env, env_params = _env(config, graphs=[pg])
+    state, _ = _rollout(
+        env, env_params, [1, 0] * (pg.graph.n_ops // 2) + [1] * (pg.graph.n_ops % 2)
+    )
     group_placement = np.asarray(state.placement[: pg.graph.n_ops])
     expected = simulate(ops, CLUSTER, pg.expand(group_placement)).makespan
     assert float(state.makespan) == pytest.approx(float(expected), rel=1e-5)

@@ -11,12 +11,10 @@ import numpy as np
 import pytest
 
 from placeto_jax import Graph
-from placeto_jax.checkpoint import Checkpointer, load_run
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
+from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.loop import chunks, read_metrics, train_and_evaluate
-
-pytestmark = pytest.mark.usefixtures("float32")
 
 GRAPH = Graph.from_edges([100.0] * 6, [1e5] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
 SETTINGS = [

@@ -18,8 +18,6 @@ from placeto_jax.graphs import generators
 from placeto_jax.nn import PlacetoPolicy
 from placeto_jax.nn.graph_ops import neighbour_sum
 
-pytestmark = pytest.mark.usefixtures("float32")
-
 CLUSTER = Cluster.preset("placeto-k80", 3)
 ENV = PlacetoEnv(EnvConfig(initial_placement="fixed"), 3)
 
@@ -29,13 +27,13 @@ RESET, STEP = jax.jit(ENV.reset), jax.jit(ENV.step)
 
 def _observations(graphs, buckets=None, steps=3):
     bank = build_bank(graphs, buckets)
-    params = ENV.params(bank, CLUSTER)
+    env_params = ENV.env_params(bank, CLUSTER)
     out = []
     for g in range(len(graphs)):
-        state, obs = RESET(jax.random.key(0), params, jnp.int32(g))
+        state, obs = RESET(jax.random.key(0), env_params.on_graph(g))
         for t in range(steps):
             out.append(obs)
-            state, obs, _, _ = STEP(state, jnp.int32(t % 3), params)
+            state, obs, _, _ = STEP(jax.random.key(0), state, jnp.int32(t % 3), env_params)
     return bank, out
 
 

@@ -28,8 +28,6 @@ from placeto_jax.reproduce.output import (
 from placeto_jax.reproduce.placeto import Curve, PlacetoBench
 from placeto_jax.rl.loop import cluster_of
 
-pytestmark = pytest.mark.usefixtures("float32")
-
 TWO_CHAINS = Graph.from_edges([100.0] * 6, [1e3] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
 CHAIN = Graph.from_edges([50.0] * 4, [1e3] * 4, [(0, 1), (1, 2), (2, 3)])
 
@@ -193,7 +191,7 @@ def test_placeto_trains_each_graph_of_a_bench_with_one_compiled_program():
     cluster = cluster_of(config)
     bench = PlacetoBench(config, [prepare("two", TWO_CHAINS), prepare("chain", CHAIN)], cluster)
     fits = [bench.fit(i, jax.random.key(0)) for i in range(2)]
-    assert bench._updates._cache_size() == 1  # one compile for both graphs
+    assert bench.run.updates._cache_size() == 1  # one compile for both graphs
     for fit, graph in zip(fits, (TWO_CHAINS, CHAIN), strict=True):
         assert fit.best.placement.shape == (graph.n_ops,)
         assert fit.curve.makespan[-1] == pytest.approx(bench.score(fit.best))
@@ -205,7 +203,7 @@ def test_placeto_trains_each_graph_of_a_bench_with_one_compiled_program():
     start = bench.place(fits[0].params, 0)
     tuned = bench.fit(0, jax.random.key(1), init_params=fits[0].params, init_placement=start)
     assert tuned.curve.makespan[0] == pytest.approx(bench.score(start))
-    assert bench._updates._cache_size() == 1
+    assert bench.run.updates._cache_size() == 1
     with pytest.raises(ValueError, match="not in this bench"):
         bench.index("nope")
 

@@ -51,14 +51,14 @@ def test_two_processes_hold_identical_parameters(tmp_path):
 def test_a_batch_that_does_not_split_evenly_is_refused():
     import jax
 
-    from placeto_jax import Graph
+    from placeto_jax import Cluster, Graph
     from placeto_jax.config import make_config
     from placeto_jax.env import build_bank, prepare
     from placeto_jax.rl.sharding import episode_mesh
-    from placeto_jax.rl.train import Trainer
+    from placeto_jax.rl.train import make_train
 
     bank = build_bank([prepare("g", Graph.from_edges([1.0, 1.0], [0.0, 0.0], [(0, 1)]))])
     config = make_config(None, ["train.episodes=3"], n_devices=2)
     mesh = episode_mesh(jax.devices()[:1] * 2)
     with pytest.raises(ValueError, match="does not split evenly over 2 devices"):
-        Trainer.create(config, bank, mesh=mesh)
+        make_train(config, bank, Cluster.preset("placeto-k80", 2), mesh)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import placeto_jax as pj
+from placeto_jax import precision
 from placeto_jax.graphs.generators import diamond, layered
 from placeto_jax.sim.api import padded, sim_cluster, simulate_batch
 from placeto_jax.sim.core import SimGraph, simulate_padded
@@ -54,6 +55,17 @@ def _cases_by_shape(n_cases: int) -> dict[tuple[int, bool], list]:
             (graph, cluster, placements)
         )
     return groups
+
+
+F64 = np.float64
+
+
+@pytest.fixture
+def exact():
+    """64-bit types on, for tests that call the padded core with float64 arrays directly (the
+    host functions `simulate` and `simulate_rows` enable them themselves)."""
+    with precision.scope(F64):
+        yield
 
 
 FIELDS = ("makespan", "start", "end", "peak_memory", "transfer_start", "arrival")
@@ -123,10 +135,11 @@ def test_batch_equals_loop():
             np.testing.assert_array_equal(getattr(batch, field)[b], getattr(one, field))
 
 
+@pytest.mark.usefixtures("exact")
 def test_explicit_vmap_equals_loop_on_padded_function():
     graph = layered(40, seed=2)
     pg = padded(graph)
-    sg, sc = SimGraph.from_padded(pg), sim_cluster(pj.Cluster(2))
+    sg, sc = SimGraph.from_padded(pg, F64), sim_cluster(pj.Cluster(2), F64)
     rows = np.zeros((3, pg.n_pad), np.int32)
     rows[:, : graph.n_ops] = np.random.default_rng(2).integers(0, 2, size=(3, graph.n_ops))
     batched = jax.vmap(simulate_padded, in_axes=(None, None, 0))(sg, sc, jnp.asarray(rows))
@@ -136,12 +149,13 @@ def test_explicit_vmap_equals_loop_on_padded_function():
         np.testing.assert_array_equal(batched.peak_memory[b], one.peak_memory)
 
 
+@pytest.mark.usefixtures("exact")
 @pytest.mark.parametrize("broadcast", [True, False])
 def test_chunks_of_lanes_equal_one_placement_at_a_time(broadcast):
     """67 rows: one chunk of 64 lanes and a last chunk of 3; each row as if simulated alone."""
     graph = layered(60, seed=3)
     pg = padded(graph)
-    sg, sc = SimGraph.from_padded(pg), sim_cluster(pj.Cluster(3, broadcast=broadcast))
+    sg, sc = SimGraph.from_padded(pg, F64), sim_cluster(pj.Cluster(3, broadcast=broadcast), F64)
     rows = np.zeros((67, pg.n_pad), np.int32)
     rows[:, : graph.n_ops] = np.random.default_rng(3).integers(0, 3, size=(67, graph.n_ops))
     batch = simulate_batch(sg, sc, jnp.asarray(rows), broadcast)
@@ -151,6 +165,7 @@ def test_chunks_of_lanes_equal_one_placement_at_a_time(broadcast):
             np.testing.assert_array_equal(x[b], y)
 
 
+@pytest.mark.usefixtures("exact")
 def test_no_retrace_when_only_the_placement_changes():
     graph = layered(100, seed=5)
     other = layered(100, seed=6)
@@ -168,7 +183,7 @@ def test_no_retrace_when_only_the_placement_changes():
 
     traced = jax.jit(chex.assert_max_traces(simulate_padded, n=1))
     pg = padded(graph)
-    sg, sc = SimGraph.from_padded(pg), sim_cluster(cluster)
+    sg, sc = SimGraph.from_padded(pg, F64), sim_cluster(cluster, F64)
     for seed in range(3):
         row = np.zeros(pg.n_pad, np.int32)
         row[:100] = np.random.default_rng(seed).integers(0, 4, 100)

@@ -19,8 +19,6 @@ from placeto_jax.reproduce import sweep
 from placeto_jax.rl.loop import cluster_of
 from placeto_jax.rl.train import make_train
 
-pytestmark = pytest.mark.usefixtures("float32")
-
 GRAPH = Graph.from_edges([100.0] * 6, [1e5] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
 SMALL = ["train.iterations=3", "train.episodes=4", "policy.rounds=1", "run.buckets=8"]
 
@@ -147,23 +145,22 @@ def test_each_group_target_of_a_grid_coarsens_the_graphs_again(tmp_path, monkeyp
 
 @pytest.fixture(scope="module")
 def grid_runs():
-    with jax.enable_x64(False):
-        config = base()
-        points = sweep.grid_points(config, {"lr": ["1e-3", "3e-2"], "entropy": ["0.01"]})
-        graphs = [prepare("g", GRAPH)]
-        return (
-            config,
-            points,
-            graphs,
-            sweep.run_grid(config, points, 2, lambda _: graphs, progress=False),
-        )
+    config = base()
+    points = sweep.grid_points(config, {"lr": ["1e-3", "3e-2"], "entropy": ["0.01"]})
+    graphs = [prepare("g", GRAPH)]
+    return (
+        config,
+        points,
+        graphs,
+        sweep.run_grid(config, points, 2, lambda _: graphs, progress=False),
+    )
 
 
 @pytest.mark.slow
 def test_vmapped_grid_points_equal_separate_runs(grid_runs):
     _, points, graphs, runs = grid_runs
     point = points[1]
-    train = jax.jit(make_train(point.config, build_bank(graphs), cluster_of(point.config)))
+    train = jax.jit(make_train(point.config, build_bank(graphs), cluster_of(point.config)).run)
     alone, metrics = train(jax.random.key(1))
     for a, b in zip(jax.tree.leaves(runs[1].params), jax.tree.leaves(alone.params), strict=True):
         np.testing.assert_allclose(a[1], b, rtol=2e-4, atol=1e-6)

@@ -3,20 +3,15 @@ updates, vmapping over seeds and hyperparameters, and a learning test."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.config import make_config
 from placeto_jax.env import build_bank, prepare
-from placeto_jax.rl.evaluate import greedy
-from placeto_jax.rl.train import Hyper, Trainer, make_train
-
-pytestmark = pytest.mark.usefixtures("float32")
+from placeto_jax.rl import losses
+from placeto_jax.rl.train import Hyper, make_train
 
 CLUSTER = Cluster.preset("placeto-k80", 2)
 
@@ -46,7 +41,7 @@ def _setup(iterations: int, extra=()):
 
 def test_same_seed_and_config_give_identical_parameters():
     config, bank = _setup(2)
-    train = jax.jit(make_train(config, bank, CLUSTER))
+    train = jax.jit(make_train(config, bank, CLUSTER).run)
     a, metrics = train(jax.random.key(7))
     b, _ = train(jax.random.key(7))
     c, _ = train(jax.random.key(8))
@@ -58,7 +53,7 @@ def test_same_seed_and_config_give_identical_parameters():
 
 def test_train_vmaps_over_seeds_and_learning_rates():
     config, bank = _setup(1)
-    train = make_train(config, bank, CLUSTER)
+    train = make_train(config, bank, CLUSTER).run
     keys = jax.random.split(jax.random.key(0), 2)
     hyper = Hyper(learning_rate=jnp.array([1e-3, 1e-2]), entropy=jnp.array([0.0, 0.0]))
     states, _ = jax.jit(jax.vmap(train))(keys, hyper)
@@ -70,16 +65,17 @@ def test_train_vmaps_over_seeds_and_learning_rates():
 
 def test_a_non_finite_loss_skips_the_update_and_counts_it():
     config, bank = _setup(1)
-    trainer = Trainer.create(config, bank)
-    env_params = trainer.env.params(bank, CLUSTER)
-    state = trainer.init(jax.random.key(0), env_params)
+    run = make_train(config, bank, CLUSTER)
+    env_params = run.env_params
+    state = run.init(jax.random.key(0), env_params)
     bad = Hyper(jnp.float32(1e-2), jnp.float32(jnp.nan))
-    new, metrics = jax.jit(trainer.update)(state, env_params, bad)
+    update = jax.jit(run.trainer.update)
+    new, metrics = update(state, bad, env_params)
     assert int(new.skipped) == 1 and int(new.iteration) == 1
     same = jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), new.params, state.params)
     assert all(jax.tree.leaves(same))
     assert np.isnan(float(metrics["train/loss"]))
-    good, _ = jax.jit(trainer.update)(new, env_params, Hyper.of(config))
+    good, _ = update(new, Hyper.of(config), env_params)
     assert int(good.skipped) == 1
     assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(good.params))
 
@@ -88,31 +84,28 @@ def test_baseline_window_keeps_the_last_episodes_of_each_graph():
     # Window 2; graphs [0, 1, 0, 0] in one batch: graph 0 keeps its last two episodes (2 and 3).
     config, bank = _setup(1, ["train.baseline_window=2", "train.episodes=4"])
     bank = build_bank([prepare("a", two_chains()), prepare("b", two_chains(3))])
-    trainer = Trainer.create(config, bank)
-    state = trainer.init(jax.random.key(0), trainer.env.params(bank, CLUSTER))
-    n_steps = trainer.n_steps
+    run = make_train(config, bank, CLUSTER)
+    state = run.init(jax.random.key(0), run.env_params)
+    n_steps = run.trainer.n_steps
     returns = jnp.arange(4, dtype=jnp.float32)[None, :] * jnp.ones((n_steps, 1))  # [T, B]
 
-    @dataclasses.dataclass
-    class Fake:
-        graph: jax.Array
-
-    buffer, filled, cursor = trainer.push_returns(state, Fake(jnp.array([0, 1, 0, 0])), returns)
+    graph = jnp.array([0, 1, 0, 0])
+    buffer, filled, cursor = losses.push_returns(
+        state.returns, state.filled, state.cursor, graph, returns
+    )
     np.testing.assert_array_equal(filled, [2, 1])
     np.testing.assert_array_equal(cursor, [0, 1])
     np.testing.assert_array_equal(buffer[0, :, 0], [2.0, 3.0])
     np.testing.assert_array_equal(buffer[1, 0, 0], 1.0)
-    state = dataclasses.replace(state, returns=buffer, filled=filled, cursor=cursor)
-    b = trainer.baseline(state, Fake(jnp.array([0, 1])), returns[:, :2])
+    b = losses.window_baseline(buffer, filled, jnp.array([0, 1]), returns[:, :2])
     np.testing.assert_array_equal(b[0], [2.5, 1.0])  # window means per graph
 
 
 def test_the_trained_policy_splits_two_chains_over_two_devices():
     config, bank = _setup(40)
-    trainer = Trainer.create(config, bank)
-    env_params = trainer.env.params(bank, CLUSTER)
-    state, metrics = jax.jit(make_train(config, bank, CLUSTER))(jax.random.key(0))
-    out = greedy(trainer, state.params, env_params)
+    run = make_train(config, bank, CLUSTER)
+    state, metrics = jax.jit(run.run)(jax.random.key(0))
+    out = run.greedy(state.params, run.env_params)
     placement = np.asarray(out["best_placement"][0, :8])
     assert len(set(placement[:4])) == 1 and len(set(placement[4:])) == 1
     assert placement[0] != placement[4]
@@ -127,16 +120,17 @@ def test_gradient_chunks_do_not_change_the_gradient():
     grads = []
     for chunk in (3, 8):
         config, bank = _setup(1, [f"train.grad_chunk={chunk}"])
-        trainer = Trainer.create(config, bank)
-        env_params = trainer.env.params(bank, CLUSTER)
-        state = trainer.init(jax.random.key(0), env_params)
+        run = make_train(config, bank, CLUSTER)
+        trainer, env_params = run.trainer, run.env_params
+        state = run.init(jax.random.key(0), env_params)
+        graphs = trainer.episode_graphs(0, env_params)
         rollout, _ = jax.jit(trainer.rollout, static_argnames="greedy")(
-            state.params, env_params, jax.random.key(1), trainer.episode_graphs(0), greedy=False
+            jax.random.key(1), state.params, graphs, env_params, greedy=False
         )
         advantage = jnp.where(rollout.active, jnp.cumsum(rollout.reward[::-1], 0)[::-1], 0.0)
         grads.append(
             jax.jit(trainer.loss_and_grad)(
-                state.params, env_params, rollout, advantage, jnp.float32(0.01)
+                state.params, rollout, advantage, jnp.float32(0.01), env_params
             )
         )
     np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-5)
@@ -151,6 +145,9 @@ def test_episodes_are_spread_over_the_graphs_of_each_update():
         (2, [[0, 1, 0, 1, 0, 1], [2, 3, 2, 3, 2, 3]]),  # two graphs per update
     ):
         config = make_config(None, ["train.episodes=6", f"train.graphs_per_update={k}"])
-        trainer = Trainer.create(config, bank)
-        got = [np.asarray(trainer.episode_graphs(jnp.int32(i))).tolist() for i in (0, 1)]
+        run = make_train(config, bank, Cluster.preset("placeto-k80", config.n_devices))
+        got = [
+            np.asarray(run.trainer.episode_graphs(jnp.int32(i), run.env_params)).tolist()
+            for i in (0, 1)
+        ]
         assert got == expected

@@ -4,8 +4,8 @@
 
 Errors in the input (graph spec or file, placement, preset, device count) print one line,
 `placeto-jax: error: ...`, to stderr and exit with status 2; I/O failures exit with status 1.
-Output files are written atomically. The simulator runs in float64 (`jax_enable_x64`), so the
-numbers are exact.
+Output files are written atomically. The simulator runs in float64 (`simulate`'s default), so
+the numbers are exact; no command sets JAX's global `jax_enable_x64` flag.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ MS = 1e3  # µs
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
-    jax.config.update("jax_enable_x64", True)
     try:
         return args.command(args)
     except ValueError as err:

@@ -1,8 +1,8 @@
 """The learning commands of `placeto-jax`: `train` a Placeto policy, `place` a graph with a
 trained policy (zero-shot), `eval` a policy over graphs. Registered by `cli._parser`.
 
-The policy runs in float32 (`jax_enable_x64` off); the placements it returns are then simulated
-exactly (float64) on the op graph for every number printed.
+The policy runs in float32; the placements it returns are then simulated exactly (float64) on the
+op graph for every number printed.
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from placeto_jax.checkpoint import Checkpointer, load_run
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import PRESETS, Config, make_config
-from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
+from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.files import atomic_write
-from placeto_jax.graphs.registry import load, resolve_graph
+from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import METHODS, run_method
 from placeto_jax.report import format_table
+from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.evaluate import Placement, place_graphs
-from placeto_jax.rl.loop import cluster_of, train_and_evaluate
+from placeto_jax.rl.loop import cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
-from placeto_jax.rl.train import Trainer
+from placeto_jax.rl.train import make_train
 
 MS = 1e3  # µs
 
@@ -124,20 +124,6 @@ def add_agent_commands(commands) -> None:
     evaluate.set_defaults(command=_eval)
 
 
-# ---------------------------------------------------------------------- graphs
-def load_graphs(spec: str, config: Config) -> list[PlacementGraph]:
-    """The graphs named by a comma-separated spec, coarsened for the agent as `config` says."""
-    overhead = cluster_of(config).delta1
-    out = []
-    for item in (s.strip() for s in spec.split(",")):
-        if not item:
-            raise ValueError(f"empty graph name in {spec!r}")
-        loaded = load(item)
-        pairs = loaded if isinstance(loaded, list) else [(item, loaded)]
-        out.extend(prepare(name, graph, config.run.group_target, overhead) for name, graph in pairs)
-    return out
-
-
 # ---------------------------------------------------------------------- train
 def _train(args: argparse.Namespace) -> int:
     if args.devices < 1:
@@ -190,11 +176,8 @@ def load_policy(checkpoint: str, graphs: list[PlacementGraph], devices: int | No
             f"the policy in {checkpoint} places on {config.n_devices} devices, not {devices}; "
             f"train one for {devices} devices"
         )
-    bank = build_bank(graphs[:1], config.run.buckets)
-    trainer = Trainer.create(config, bank)
-    cluster = cluster_of(config)
-    env_params = trainer.env.params(bank, cluster)
-    template = trainer.init(jax.random.key(0), env_params).params
+    run = make_train(config, build_bank(graphs[:1], config.run.buckets), cluster_of(config))
+    template = jax.eval_shape(run.init, jax.random.key(0), run.env_params).params
     checkpointer = Checkpointer(checkpoint, create=False)
     try:
         params = checkpointer.restore_params(template)
@@ -206,9 +189,8 @@ def load_policy(checkpoint: str, graphs: list[PlacementGraph], devices: int | No
 def _placements(checkpoint: str, spec: str, devices: int | None) -> tuple[Config, list]:
     config, _ = load_run(checkpoint)
     graphs = load_graphs(spec, config)
-    with jax.enable_x64(False):
-        config, params = load_policy(checkpoint, graphs, devices)
-        results = place_graphs(config, params, graphs, cluster_of(config))
+    config, params = load_policy(checkpoint, graphs, devices)
+    results = place_graphs(config, params, graphs, cluster_of(config))
     return config, results
 
 

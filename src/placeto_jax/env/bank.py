@@ -12,14 +12,7 @@ import numpy as np
 
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.grouping import Grouping, group
-from placeto_jax.sim.padded import (
-    PaddedGraph,
-    bucket,
-    chain_cover,
-    fine_bucket,
-    pad_graph,
-    round_up,
-)
+from placeto_jax.sim.padded import PaddedGraph, bucket, fine_bucket, stack_padded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,9 +112,9 @@ def build_bank(graphs: list[PlacementGraph], buckets: tuple[int, ...] | None = N
         raise ValueError("a bank needs at least one graph")
     largest = max(graphs, key=lambda p: p.graph.n_ops)
     n_pad = choose_bucket(largest.graph.n_ops, buckets)
-    sim = _stack_padded([p.graph for p in graphs], n_pad)
+    sim = stack_padded([p.graph for p in graphs], n_pad)
     with_ops = all(p.op_graph is not None for p in graphs)
-    op_sim = _stack_padded([p.op_graph for p in graphs], None) if with_ops else None
+    op_sim = stack_padded([p.op_graph for p in graphs], None) if with_ops else None
     op_to_group = None
     if with_ops:
         op_to_group = np.zeros((len(graphs), op_sim.cost.shape[1]), dtype=np.int32)
@@ -138,21 +131,6 @@ def build_bank(graphs: list[PlacementGraph], buckets: tuple[int, ...] | None = N
         op_sim=op_sim,
         op_to_group=op_to_group,
         **stacked,
-    )
-
-
-def _stack_padded(graphs: list[Graph], n_pad: int | None) -> PaddedGraph:
-    """PaddedGraphs of one shape (the largest need over `graphs`), fields stacked."""
-    n_pad = n_pad or bucket(max(g.n_ops for g in graphs))
-    kids = bucket(max(max(int(g.out_degree.max(initial=0)), 1) for g in graphs), 1)
-    chains = round_up(max(len(chain_cover(g)) for g in graphs))
-    edges = fine_bucket(max(g.n_edges for g in graphs))
-    padded = [pad_graph(g, n_pad, kids, chains, edges) for g in graphs]
-    return PaddedGraph(
-        **{
-            f.name: np.stack([np.asarray(getattr(p, f.name)) for p in padded])
-            for f in dataclasses.fields(PaddedGraph)
-        }
     )
 
 

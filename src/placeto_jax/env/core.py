@@ -5,7 +5,11 @@ compiled `reset`/`step` serves every graph of a bank, and batches come from `jax
 
 Contract (one episode on graph g of the bank, N padded nodes, n real ones, D devices):
 
-- **reset(key, params, graph)** -> (state, observation). The initial placement is random per
+Every function takes its arguments in gymnax's order: the key first, then state and action, then
+`env_params`. Which graph an episode plays is data: `env_params.graph` for `reset` (set it with
+`env_params.on_graph(g)`, also under `vmap`), then `state.graph`.
+
+- **reset(key, env_params)** -> (state, observation). The initial placement is random per
   episode, one fixed random placement per graph, or everything on device 0 (`initial_placement`);
   it is simulated once, and the episode's runtime scale is that initial runtime.
 - **observation** (`Observation`): `features` [N, d] float with d = 5 + D (+1 with the memory
@@ -16,7 +20,8 @@ Contract (one episode on graph g of the bank, N padded nodes, n real ones, D dev
   `placement` [N]; `action_mask` [D] allowed devices (all, unless `mask_out_of_memory` and some
   device would overflow); `senders`, `receivers`, `edge_mask` [E] and `depth`, `height` [N]: the
   graph's structure for message passing.
-- **step(state, action, params)** -> (state, observation, reward, done). Puts the current node
+- **step(key, state, action, env_params)** -> (state, observation, reward, done) (the key is
+  unused: the step is deterministic). Puts the current node
   on device `action` ([] int), simulates the whole placement and moves to the next node of the
   traversal order (topological or a random permutation per episode), `passes` times over the
   nodes. reward = runtime before - runtime after, where runtime = makespan in seconds + memory
@@ -102,6 +107,16 @@ class EnvParams:
     bank: DeviceBank
     cluster: SimCluster
     capacity: jax.Array  # [D] bytes, each device's memory
+    graph: jax.Array  # [] int32 the graph `reset` starts an episode on
+    graphs: jax.Array  # [K] int32 the graphs a trainer plays (all G of the bank, or a subset)
+
+    def on_graph(self, graph) -> EnvParams:
+        """These parameters with episodes starting on `graph` ([] int, traced or not)."""
+        return dataclasses.replace(self, graph=jnp.asarray(graph, jnp.int32))
+
+    def playing(self, graphs) -> EnvParams:
+        """These parameters with a trainer playing only `graphs` ([K] int bank indices)."""
+        return dataclasses.replace(self, graphs=jnp.asarray(graphs, jnp.int32))
 
 
 @jax.tree_util.register_dataclass
@@ -118,6 +133,25 @@ class EnvState:
     peak_memory: jax.Array  # [D] float bytes, current peak per device
     best_runtime: jax.Array  # [] float, lowest runtime seen this episode
     best_placement: jax.Array  # [N] int32, the placement that had it
+
+    @classmethod
+    def replayed(cls, graph, order, t, placement, start) -> EnvState:
+        """A state with the fields `observe` reads, from a stored trajectory (how the loss
+        rebuilds the rollout's observations); the fields it does not read are zeros."""
+        zero = jnp.zeros(jnp.shape(t), start.dtype)  # shaped like t, so that it maps with it
+        return cls(
+            graph=graph,
+            order=order,
+            t=t,
+            placement=placement,
+            start=start,
+            runtime=zero,
+            scale=zero,
+            makespan=zero,
+            peak_memory=zero,
+            best_runtime=zero,
+            best_placement=placement,
+        )
 
 
 class Observation(NamedTuple):
@@ -147,7 +181,8 @@ class PlacetoEnv:
     def n_features(self) -> int:
         return 5 + self.n_devices + int(self.config.memory_feature)
 
-    def params(self, bank: Bank, cluster: Cluster, float_dtype=jnp.float32) -> EnvParams:
+    def env_params(self, bank: Bank, cluster: Cluster, float_dtype=jnp.float32) -> EnvParams:
+        """The bank and cluster as device arrays in `float_dtype`; episodes on every graph."""
         if cluster.n_devices != self.n_devices:
             raise ValueError(
                 f"the cluster has {cluster.n_devices} devices, the environment {self.n_devices}"
@@ -161,17 +196,18 @@ class PlacetoEnv:
             bank=DeviceBank.of(bank, float_dtype),
             cluster=sim_cluster(cluster, float_dtype),
             capacity=jnp.asarray(cluster.memory_array, float_dtype),
+            graph=jnp.zeros((), jnp.int32),
+            graphs=jnp.arange(bank.n_graphs, dtype=jnp.int32),
         )
 
     # ------------------------------------------------------------------ episode
-    def n_steps(self, params: EnvParams, graph: jax.Array) -> jax.Array:
+    def n_steps(self, graph: jax.Array, env_params: EnvParams) -> jax.Array:
         """[] int32 steps in an episode on `graph`."""
-        return self.config.passes * params.bank.n_nodes[graph]
+        return self.config.passes * env_params.bank.n_nodes[graph]
 
-    def reset(
-        self, key: jax.Array, params: EnvParams, graph: jax.Array
-    ) -> tuple[EnvState, Observation]:
-        bank = params.bank
+    def reset(self, key: jax.Array, env_params: EnvParams) -> tuple[EnvState, Observation]:
+        bank = env_params.bank
+        graph = env_params.graph
         n_pad = bank.order.shape[1]
         k_order, k_place = jax.random.split(key)
         n = bank.n_nodes[graph]
@@ -182,12 +218,12 @@ class PlacetoEnv:
         else:
             order = bank.order[graph]
         placement = self._initial_placement(k_place, graph, n_pad)
-        makespan, peak, start = self._simulate(params, graph, placement)
-        raw = self._penalised(params, makespan, peak)
+        makespan, peak, start = self._simulate(graph, placement, env_params)
+        raw = self._runtime_s(makespan, peak, env_params)
         scale = raw if self.config.normalize == "initial" else jnp.ones_like(raw)
         runtime = raw / scale
         state = EnvState(
-            graph=jnp.asarray(graph, jnp.int32),
+            graph=graph,
             order=order,
             t=jnp.zeros((), jnp.int32),
             placement=placement,
@@ -199,18 +235,19 @@ class PlacetoEnv:
             best_runtime=runtime,
             best_placement=placement,
         )
-        return state, self.observe(state, params)
+        return state, self.observe(state, env_params)
 
     def step(
-        self, state: EnvState, action: jax.Array, params: EnvParams
+        self, key: jax.Array, state: EnvState, action: jax.Array, env_params: EnvParams
     ) -> tuple[EnvState, Observation, jax.Array, jax.Array]:
-        active = state.t < self.n_steps(params, state.graph)
-        node = self.current_node(state, params)
+        del key  # the step is deterministic
+        active = state.t < self.n_steps(state.graph, env_params)
+        node = self.current_node(state, env_params)
         placement = jnp.where(
             active, state.placement.at[node].set(action.astype(jnp.int32)), state.placement
         )
-        makespan, peak, start = self._simulate(params, state.graph, placement)
-        runtime = self._penalised(params, makespan, peak) / state.scale
+        makespan, peak, start = self._simulate(state.graph, placement, env_params)
+        runtime = self._runtime_s(makespan, peak, env_params) / state.scale
         better = active & (runtime < state.best_runtime)
         new = EnvState(
             graph=state.graph,
@@ -226,37 +263,31 @@ class PlacetoEnv:
             best_placement=jnp.where(better, placement, state.best_placement),
         )
         reward = jnp.where(active, state.runtime - new.runtime, 0.0)
-        done = new.t >= self.n_steps(params, state.graph)
-        return new, self.observe(new, params), reward, done
+        done = new.t >= self.n_steps(state.graph, env_params)
+        return new, self.observe(new, env_params), reward, done
 
-    def current_node(self, state: EnvState, params: EnvParams) -> jax.Array:
-        n = params.bank.n_nodes[state.graph]
+    def current_node(self, state: EnvState, env_params: EnvParams) -> jax.Array:
+        n = env_params.bank.n_nodes[state.graph]
         return state.order[state.t % jnp.maximum(n, 1)]
 
     # ------------------------------------------------------------------ observation
-    def observe(self, state: EnvState, params: EnvParams) -> Observation:
-        return self.observation(
-            params, state.graph, state.order, state.t, state.placement, state.start
+    def observe(self, state: EnvState, env_params: EnvParams) -> Observation:
+        """The observation before step `state.t`; it reads only the state's graph, order, t,
+        placement and start times (what `EnvState.replayed` rebuilds from a trajectory)."""
+        bank = env_params.bank
+        graph, order, t, placement, start = (
+            state.graph,
+            state.order,
+            state.t,
+            state.placement,
+            state.start,
         )
-
-    def observation(
-        self,
-        params: EnvParams,
-        graph: jax.Array,
-        order: jax.Array,
-        t: jax.Array,
-        placement: jax.Array,
-        start: jax.Array,
-    ) -> Observation:
-        """The observation before step `t` of an episode with this `order`, `placement` and
-        latest start times (what the trainer rebuilds from its stored trajectory)."""
-        bank = params.bank
         n_pad = order.shape[0]
         n = jnp.maximum(bank.n_nodes[graph], 1)
         node_mask = jnp.arange(n_pad) < bank.n_nodes[graph]
         node = order[t % n]
         position = jnp.zeros(n_pad, jnp.int32).at[order].set(jnp.arange(n_pad, dtype=jnp.int32))
-        visits = jnp.minimum(t, self.n_steps(params, graph))
+        visits = jnp.minimum(t, self.n_steps(graph, env_params))
         placed = (visits // n + (position < visits % n)).astype(start.dtype)
         gap = jnp.where(node_mask, start - start[node], 0.0)
         gap = gap / jnp.maximum(jnp.max(jnp.abs(gap)), 1e-9)
@@ -279,7 +310,7 @@ class PlacetoEnv:
             ancestors=_unpack_row(bank.ancestors[graph, node], n_pad),
             descendants=_unpack_row(bank.descendants[graph, node], n_pad),
             placement=placement,
-            action_mask=self._action_mask(params, graph, placement, node, node_mask),
+            action_mask=self._action_mask(graph, placement, node, node_mask, env_params),
             senders=bank.senders[graph],
             receivers=bank.receivers[graph],
             edge_mask=bank.edge_mask[graph],
@@ -287,14 +318,13 @@ class PlacetoEnv:
             height=bank.height[graph],
         )
 
-    def _action_mask(self, params, graph, placement, node, node_mask) -> jax.Array:
+    def _action_mask(self, graph, placement, node, node_mask, env_params) -> jax.Array:
         if not self.config.mask_out_of_memory:
             return jnp.ones(self.n_devices, bool)
-        memory = jnp.where(
-            node_mask & (jnp.arange(node_mask.shape[0]) != node), params.bank.memory[graph], 0.0
-        )
+        memory = env_params.bank.memory[graph]
+        memory = jnp.where(node_mask & (jnp.arange(node_mask.shape[0]) != node), memory, 0.0)
         used = jax.ops.segment_sum(memory, placement, self.n_devices)  # [D] bytes
-        fits = used + params.bank.memory[graph, node] <= params.capacity
+        fits = used + env_params.bank.memory[graph, node] <= env_params.capacity
         return jnp.where(jnp.any(fits), fits, True)
 
     # ------------------------------------------------------------------ simulation
@@ -306,25 +336,26 @@ class PlacetoEnv:
             key = jax.random.fold_in(jax.random.key(self.config.fixed_placement_seed), graph)
         return jax.random.randint(key, (n_pad,), 0, self.n_devices, dtype=jnp.int32)
 
-    def _simulate(self, params: EnvParams, graph: jax.Array, placement: jax.Array):
+    def _simulate(self, graph: jax.Array, placement: jax.Array, env_params: EnvParams):
         """(makespan µs, peak memory [D] bytes, start [N] µs per node) of `placement`."""
-        bank = params.bank
+        bank = env_params.bank
         if self.config.reward_graph == "grouped":
             sim = jax.tree.map(lambda x: x[graph], bank.sim)
-            out = simulate_padded(sim, params.cluster, placement, self.broadcast)
+            out = simulate_padded(sim, env_params.cluster, placement, self.broadcast)
             return out.makespan, out.peak_memory, out.start
         sim = jax.tree.map(lambda x: x[graph], bank.op_sim)
         op_to_group = bank.op_to_group[graph]
-        out = simulate_padded(sim, params.cluster, placement[op_to_group], self.broadcast)
+        out = simulate_padded(sim, env_params.cluster, placement[op_to_group], self.broadcast)
         real = jnp.arange(op_to_group.shape[0]) < sim.n_ops
         first = jax.ops.segment_min(
             jnp.where(real, out.start, jnp.inf), op_to_group, placement.shape[0]
         )
         return out.makespan, out.peak_memory, jnp.where(jnp.isfinite(first), first, 0.0)
 
-    def _penalised(self, params: EnvParams, makespan, peak) -> jax.Array:
-        """Runtime in seconds with the memory penalty."""
-        over_gb = jnp.max(jnp.maximum(peak - params.capacity, 0.0)) / GB
+    def _runtime_s(self, makespan, peak, env_params: EnvParams) -> jax.Array:
+        """[] seconds: the episode's runtime, makespan (µs) plus the memory penalty for the
+        fullest device's overflow of peak memory [D] bytes (the reward's quantity)."""
+        over_gb = jnp.max(jnp.maximum(peak - env_params.capacity, 0.0)) / GB
         penalty = jnp.minimum(self.config.memory_penalty * over_gb, self.config.memory_penalty_cap)
         return makespan * US + penalty
 

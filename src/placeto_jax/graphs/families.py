@@ -4,8 +4,9 @@ ENAS search spaces (Pham et al. 2018), 32 graphs per family as in Placeto.
 Each graph is the whole training step (forward, loss, gradient, optimizer update) of a Flax Linen
 model, traced with `from_jax` on the default `placeto-k80` roofline; nothing is executed. Time
 loops are unrolled in Python, so every step's ops are ops of the graph. Models and parameters
-are float32; with `jax_enable_x64` on, optax's scalar arithmetic adds a few conversion ops
-(about 50 for Adam), so compare graphs built under the same setting. The embedding gradient
+are float32; the step is traced with 64-bit types on (`precision.scope(np.float64)`, as the
+command line always traced it), where optax's scalar arithmetic adds a few conversion ops (about
+50 for Adam), so that a family graph is the same graph whoever builds it. The embedding gradient
 (`scatter-add`) has no FLOP count in the roofline model and is priced by bytes (with a warning).
 
 Sampling is deterministic from (family, seed, index) with
@@ -49,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from placeto_jax import precision
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.grouping import group
 from placeto_jax.graphs.trace import from_jax
@@ -371,7 +373,11 @@ def _task(arch: Architecture) -> _Task:
 
 def architecture_graph(arch: Architecture, *, group_target: int | None = None) -> Graph:
     """The training-step graph of `arch`, grouped down to `group_target` groups if given."""
-    task = _task(arch)
+    with precision.scope(np.float64):  # the optimizer's constants too
+        return _traced_step(_task(arch), group_target)
+
+
+def _traced_step(task: _Task, group_target: int | None) -> Graph:
 
     def step(params: Any, opt_state: Any, inputs: tuple, labels: jax.Array) -> tuple:
         def loss_fn(p: Any) -> jax.Array:

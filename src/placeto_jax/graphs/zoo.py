@@ -37,8 +37,10 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
+from placeto_jax import precision
 from placeto_jax.files import atomic_write
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.grouping import Grouping, group
@@ -695,8 +697,9 @@ def zoo_op_graph(
     """The ungrouped op graph of zoo model `name` and its grouping (never cached). `sizes`
     overrides some default sizes. Raises ValueError for an unknown name or size."""
     full = _sizes(name, sizes)
-    step = ZOO_MODELS[name].build(full)
-    graph = from_jax(step.fn, *step.args, param_argnums=PARAM_ARGNUMS, name=f"zoo:{name}")
+    with precision.scope(np.float64):  # the same graph whoever builds it (as families.py)
+        step = ZOO_MODELS[name].build(full)
+        graph = from_jax(step.fn, *step.args, param_argnums=PARAM_ARGNUMS, name=f"zoo:{name}")
     return graph, group(graph, target=group_target)
 
 

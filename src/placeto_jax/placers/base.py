@@ -22,6 +22,19 @@ class Solution:
     estimate: float = math.nan  # µs, the method's own makespan estimate (NaN: none)
 
 
+MEMORY_PENALTY = 1e9  # µs per unit of relative memory overflow
+
+
+def penalised_makespan(makespan, peak_memory, cluster: Cluster) -> np.ndarray:
+    """[B] µs: makespans [B] µs plus `MEMORY_PENALTY` µs per unit of memory overflow (bytes
+    over capacity divided by capacity, summed over devices) for peak memory [B, D] bytes, so
+    any placement that fits scores below one that does not. The score every search and
+    learned placer ranks placements by."""
+    capacity = cluster.memory_array
+    overflow = (np.maximum(np.asarray(peak_memory, np.float64) - capacity, 0.0) / capacity).sum(1)
+    return np.asarray(makespan, dtype=np.float64) + MEMORY_PENALTY * overflow
+
+
 Solver = Callable[[Graph, Cluster, jax.Array, "int | None"], Solution]
 
 

@@ -18,8 +18,7 @@ import pymetis
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers.base import Solution
-from placeto_jax.placers.search import penalised
+from placeto_jax.placers.base import Solution, penalised_makespan
 from placeto_jax.sim.api import simulate
 
 WEIGHT_SCALE = 10_000  # largest integer weight handed to METIS
@@ -41,7 +40,7 @@ def metis(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) ->
         candidates.append(_to_devices(np.asarray(parts)[vertex_of], graph.cost, cluster))
     candidates = np.stack(candidates)
     result = simulate(graph, cluster, candidates)  # a small batch: compiles faster than Scorer's
-    scores = penalised(result.makespan, result.peak_memory, cluster)
+    scores = penalised_makespan(result.makespan, result.peak_memory, cluster)
     return Solution(candidates[int(np.argmin(scores))], len(candidates))
 
 

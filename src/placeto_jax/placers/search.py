@@ -13,8 +13,8 @@ shapes is compiled per graph; padding rows are not counted as evaluations):
 * `cross_entropy`: the cross-entropy method (Rubinstein 1999) over independent per-op device
   distributions: sample a batch, move the distributions towards the elite tenth, repeat.
 
-Scores: the makespan, plus `MEMORY_PENALTY` µs per unit of memory overflow (bytes over capacity
-divided by capacity, summed over devices), so any placement that fits beats one that does not.
+Scores: the penalised makespan (`base.penalised_makespan`, µs), so any placement that fits beats
+one that does not.
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers.base import Solution
+from placeto_jax.placers.base import Solution, penalised_makespan
 from placeto_jax.placers.simple import colocate, random_batch, single
-from placeto_jax.sim.api import device_graph, padded, sim_cluster, simulate_batch
+from placeto_jax.sim.api import padded, simulate_rows
 
 BATCH = 256  # placements simulated per call
 DEFAULT_BUDGET = 4096  # simulator evaluations when none is given
-MEMORY_PENALTY = 1e9  # µs per unit of relative memory overflow
 ELITE_FRACTION = 0.1
 SMOOTHING = 0.7  # weight of the elite frequencies in the cross-entropy update
 
@@ -53,13 +52,8 @@ class Scorer:
         batch = np.zeros((rows, n_pad), dtype=np.int32)
         batch[:, : self.graph.n_ops] = placements[0]
         batch[:n_rows, : self.graph.n_ops] = placements
-        out = simulate_batch(
-            device_graph(self.graph),
-            sim_cluster(self.cluster),
-            jnp.asarray(batch),
-            self.cluster.broadcast,
-        )
-        return penalised(out.makespan[:n_rows], out.peak_memory[:n_rows], self.cluster)
+        out = simulate_rows(self.graph, self.cluster, batch)
+        return penalised_makespan(out.makespan[:n_rows], out.peak_memory[:n_rows], self.cluster)
 
 
 def batch_rows(n_rows: int) -> int:
@@ -67,13 +61,6 @@ def batch_rows(n_rows: int) -> int:
     if n_rows >= BATCH:
         return -(-n_rows // BATCH) * BATCH
     return 1 << max(0, n_rows - 1).bit_length()
-
-
-def penalised(makespan, peak_memory, cluster: Cluster) -> np.ndarray:
-    """[B] scores µs: makespan [B] µs plus the memory penalty for peak_memory [B, D] bytes."""
-    capacity = cluster.memory_array
-    overflow = (np.maximum(np.asarray(peak_memory, np.float64) - capacity, 0.0) / capacity).sum(1)
-    return np.asarray(makespan, dtype=np.float64) + MEMORY_PENALTY * overflow
 
 
 def random_search(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:

@@ -25,10 +25,10 @@ import optax
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers.base import Solution
-from placeto_jax.placers.search import DEFAULT_BUDGET, penalised
+from placeto_jax.placers.base import Solution, penalised_makespan
+from placeto_jax.placers.search import DEFAULT_BUDGET
 from placeto_jax.placers.simple import colocate
-from placeto_jax.sim.api import device_graph, padded, sim_cluster, simulate_batch
+from placeto_jax.sim.api import padded, simulate_rows
 from placeto_jax.sim.padded import bucket
 
 MIN_LENGTH = 64  # sequences are padded to a power of two at least this long
@@ -215,8 +215,8 @@ class Curve:
     """The learning curve of one run, one entry per sampled batch."""
 
     evaluations: np.ndarray  # [U] int64 simulator evaluations used after the batch
-    best: np.ndarray  # [U] float64 µs best penalised score seen so far
-    mean: np.ndarray  # [U] float64 µs mean penalised score of the batch
+    best: np.ndarray  # [U] float64 µs best penalised makespan seen so far
+    mean: np.ndarray  # [U] float64 µs mean penalised makespan of the batch
     wall_s: np.ndarray  # [U] float64 s from the start of training to the batch's scores
 
     def evaluations_to_within(self, fraction: float = 0.05) -> int:
@@ -235,7 +235,7 @@ def reinforce(
     training: Training,
 ) -> tuple[Solution, Curve]:
     """Train `policy` on one graph with at most `budget` simulator evaluations; return the best
-    placement seen (by penalised score) and the learning curve."""
+    placement seen (by penalised makespan) and the learning curve."""
     budget = DEFAULT_BUDGET if budget is None else int(budget)
     if budget < 1:
         raise ValueError(f"the evaluation budget must be at least 1, got {budget}")
@@ -282,14 +282,12 @@ def reinforce(
 
 
 def score_batch(graph: Graph, cluster: Cluster, placements: np.ndarray) -> np.ndarray:
-    """[B] penalised scores (µs) of placements [B, N], simulated in one batched call of exactly
+    """[B] penalised makespans (µs) of placements [B, N], simulated in one batched call of exactly
     B rows (so a fixed batch size compiles the simulator once)."""
     rows = np.zeros((placements.shape[0], padded(graph).n_pad), dtype=np.int32)
     rows[:, : graph.n_ops] = placements
-    out = simulate_batch(
-        device_graph(graph), sim_cluster(cluster), jnp.asarray(rows), cluster.broadcast
-    )
-    return penalised(out.makespan, out.peak_memory, cluster)
+    out = simulate_rows(graph, cluster, rows)
+    return penalised_makespan(out.makespan, out.peak_memory, cluster)
 
 
 def _optimizer(grad_clip: float) -> optax.GradientTransformation:

@@ -11,18 +11,13 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
+from placeto_jax.sim.api import single_device
 
 
 def single(graph: Graph, cluster: Cluster, key: jax.Array) -> np.ndarray:
-    """Every op on the fastest device (lowest index on ties). When the graph's parameters plus
-    all its outputs exceed that device's memory: the next fastest device that holds them, or the
-    fastest when none does."""
+    """Every op on one device: `sim.api.single_device` (the fastest that holds the graph)."""
     del key
-    by_speed = np.argsort(-cluster.speed_array, kind="stable")
-    need = graph.param_bytes.sum() + graph.out_bytes.sum()
-    fits = by_speed[need <= cluster.memory_array[by_speed]]
-    device = fits[0] if fits.size else by_speed[0]
-    return np.full(graph.n_ops, device, dtype=np.int64)
+    return single_device(graph, cluster)
 
 
 def random(graph: Graph, cluster: Cluster, key: jax.Array) -> np.ndarray:

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from placeto_jax.cli_agent import load_graphs
 from placeto_jax.config import Config, make_config, to_dict
 from placeto_jax.reproduce import sweep
 from placeto_jax.reproduce.output import Recorder
 from placeto_jax.reproduce.sweep import MS, TAIL_FRACTION, Point, Runs, train_points
+from placeto_jax.rl.loop import load_graphs
 
 
 @dataclasses.dataclass(frozen=True)

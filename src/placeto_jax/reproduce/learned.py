@@ -21,7 +21,7 @@ def train(
     name: str, graph: Graph, cluster: Cluster, key: jax.Array, budget: int
 ) -> tuple[PlacerResult, Curve]:
     """Train learned placer `name` on `graph` for `budget` simulator evaluations: its best
-    placement, scored by the simulator, and its curve (best penalised score so far)."""
+    placement, scored by the simulator, and its curve (best penalised makespan so far)."""
     began = time.perf_counter()
     solution, curve = TRAINERS[name](graph, cluster, key, budget)
     placed = scored(name, graph, cluster, solution, time.perf_counter() - began)

@@ -1,8 +1,9 @@
 """Placeto trained on one graph at a time, in memory, with a learning curve: the experiments'
 way to train many short runs without a compile per graph.
 
-All graphs of a `PlacetoBench` are padded into one bank, so training on any one of them (its
-slice of the bank) runs the same compiled programs: one compile per config, not per graph.
+All graphs of a `PlacetoBench` are padded into one bank, so training on any one of them (the
+bank's environment parameters playing only that graph: data, not a shape) runs the same
+compiled programs: one compile per config, not per graph.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.env.core import EnvParams
-from placeto_jax.placers.search import penalised
-from placeto_jax.rl.evaluate import Placement, greedy, rank_visited
-from placeto_jax.rl.train import Hyper, Trainer
+from placeto_jax.placers.base import penalised_makespan
+from placeto_jax.rl.evaluate import Placement, rank_visited
+from placeto_jax.rl.train import make_train
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,18 +61,10 @@ class PlacetoBench:
     """Compiled Placeto programs (init, a chunk of updates, greedy episode) shared by `graphs`."""
 
     def __init__(self, config: Config, graphs: list[PlacementGraph], cluster: Cluster):
-        with jax.enable_x64(False):
-            bank = build_bank(graphs, config.run.buckets)
-            whole = Trainer.create(config, bank, cluster.broadcast)
-            self.env_params = whole.env.params(bank, cluster)
         self.config = config
         self.graphs = graphs
         self.cluster = cluster
-        self.trainer = dataclasses.replace(whole, n_graphs=1)
-        self.hyper = Hyper.of(config)
-        self._init = jax.jit(self.trainer.init)
-        self._updates = jax.jit(self.trainer.updates, static_argnums=3)
-        self._greedy = jax.jit(lambda p, e: greedy(self.trainer, p, e))
+        self.run = make_train(config, build_bank(graphs, config.run.buckets), cluster)
 
     def index(self, name: str) -> int:
         names = [pg.name for pg in self.graphs]
@@ -80,15 +73,12 @@ class PlacetoBench:
         return names.index(name)
 
     def graph_params(self, i: int) -> EnvParams:
-        """The environment restricted to graph `i` (same shapes for every graph)."""
-        return dataclasses.replace(
-            self.env_params, bank=jax.tree.map(lambda x: x[i : i + 1], self.env_params.bank)
-        )
+        """The environment playing only graph `i` (same shapes for every graph)."""
+        return self.run.env_params.playing([i])
 
     def place(self, params: Any, i: int) -> Placement:
         """Greedy episode on graph `i`, ranked on the op graph (as `placeto-jax place` does)."""
-        with jax.enable_x64(False):
-            out = jax.device_get(self._greedy(params, self.graph_params(i)))
+        out = jax.device_get(self.run.greedy(params, self.graph_params(i)))
         pg = self.graphs[i]
         steps = self.config.env.passes * pg.graph.n_ops + 1
         return rank_visited(pg, self.cluster, np.asarray(out["visited"][:steps, 0]))
@@ -111,21 +101,17 @@ class PlacetoBench:
         n = self.graphs[i].graph.n_ops
         per_update = self.config.train.episodes * (self.config.env.passes * n + 1)
         began = time.perf_counter()
-        with jax.enable_x64(False):
-            state = self._init(key, env_params)
-            if init_params is not None:
-                state = dataclasses.replace(
-                    state,
-                    params=init_params,
-                    opt_state=self.trainer.optimizer.init(init_params),
-                )
+        state = self.run.init(key, env_params)
+        if init_params is not None:
+            state = dataclasses.replace(
+                state, params=init_params, opt_state=self.run.trainer.optimizer.init(init_params)
+            )
         start = init_placement if init_params is not None else None
         points = [(0, time.perf_counter() - began, start or self.place(state.params, i))]
         done = 0
         while done < total:
             count = min(eval_every, total - done)
-            with jax.enable_x64(False):
-                state, _ = self._updates(state, env_params, self.hyper, count)
+            state, _ = self.run.updates(state, self.run.hyper, env_params, count=count)
             done += count
             points.append(
                 (done * per_update, time.perf_counter() - began, self.place(state.params, i))
@@ -137,5 +123,6 @@ class PlacetoBench:
         return Fit(state.params, placements[-1], best, curve)
 
     def score(self, placement: Placement) -> float:
-        """µs: the makespan plus the search baselines' memory penalty (`search.penalised`)."""
-        return float(penalised([placement.makespan], placement.peak_memory[None], self.cluster)[0])
+        """µs: the placement's penalised makespan (`placers.base.penalised_makespan`)."""
+        score = penalised_makespan([placement.makespan], placement.peak_memory[None], self.cluster)
+        return float(score[0])

@@ -27,14 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from placeto_jax.cli_agent import load_graphs
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import PRESETS, Config, apply, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.reproduce.output import Recorder
-from placeto_jax.rl.evaluate import Placement, greedy, rank_visited
-from placeto_jax.rl.loop import cluster_of
-from placeto_jax.rl.train import Hyper, Trainer, make_train
+from placeto_jax.rl.evaluate import Placement, rank_visited
+from placeto_jax.rl.loop import cluster_of, load_graphs
+from placeto_jax.rl.train import Hyper, Train, make_train
 
 ALIASES = {"lr": "train.learning_rate", "entropy": "train.entropy"}
 SECTIONS = ("env", "policy", "train", "run")
@@ -193,12 +192,12 @@ def train_points(
 ) -> Runs:
     """Train every (point, seed) of one static config as one vmapped program; evaluate."""
     cluster = cluster_of(static)
-    bank = build_bank(graphs, static.run.buckets)
+    run = make_train(static, build_bank(graphs, static.run.buckets), cluster)
     n_points = len(points)
-    with jax.enable_x64(False):
-        train = jax.jit(jax.vmap(make_train(static, bank, cluster)))
-        states, metrics = train(seed_keys(seeds, n_points), point_hypers(points, seeds))
-    placements = greedy_placements(static, states.params, graphs, cluster)
+    states, metrics = jax.jit(jax.vmap(run.run))(
+        seed_keys(seeds, n_points), point_hypers(points, seeds)
+    )
+    placements = greedy_placements(run, states.params, graphs, cluster)
 
     def field(name: str) -> np.ndarray:
         values = [[getattr(p, name) for p in row] for row in placements]
@@ -214,18 +213,15 @@ def train_points(
 
 
 def greedy_placements(
-    config: Config, params: Any, graphs: list[PlacementGraph], cluster: Cluster
+    run: Train, params: Any, graphs: list[PlacementGraph], cluster: Cluster
 ) -> list[list[Placement]]:
     """[K][G]: for each of K stacked parameter sets (leaves [K, ...]), the greedy placement of
-    every graph, ranked on the op graph by `rank_visited` as `place_graphs` does, with one
-    compiled greedy program for all K (`place_graphs` compiles one per call)."""
-    with jax.enable_x64(False):
-        bank = build_bank(graphs, config.run.buckets)
-        trainer = Trainer.create(config, bank, cluster.broadcast)
-        env_params = trainer.env.params(bank, cluster)
-        run = jax.jit(jax.vmap(lambda p: greedy(trainer, p, env_params)["visited"]))
-        visited = np.asarray(run(params))  # [K, T + 1, G, N] int8
-    steps = [config.env.passes * pg.graph.n_ops + 1 for pg in graphs]
+    every graph of `run`'s bank, ranked on the op graph by `rank_visited` as `place_graphs`
+    does, with one compiled greedy program for all K (`place_graphs` compiles one per call)."""
+    visit = jax.jit(jax.vmap(lambda p: run.greedy(p, run.env_params)["visited"]))
+    visited = np.asarray(visit(params))  # [K, T + 1, G, N] int8
+    passes = run.trainer.config.env.passes
+    steps = [passes * pg.graph.n_ops + 1 for pg in graphs]
     return [
         [rank_visited(pg, cluster, one[: steps[i], i]) for i, pg in enumerate(graphs)]
         for one in visited

@@ -1,4 +1,4 @@
-"""Greedy evaluation of a policy and zero-shot placement of graphs it has never seen.
+"""Zero-shot placement of graphs a policy has never seen, from its greedy episodes.
 
 A greedy episode starts from the environment's initial placement (drawn with a fixed evaluation
 key, so evaluations are comparable across updates), takes the argmax device at every step, and
@@ -13,35 +13,13 @@ import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.bank import PlacementGraph, build_bank
-from placeto_jax.env.core import EnvParams
-from placeto_jax.placers.simple import single
-from placeto_jax.rl.train import Trainer
-from placeto_jax.sim.api import simulate
-
-EVAL_KEY = 20190531  # fixed: every evaluation starts from the same initial placements
-
-
-def greedy(trainer: Trainer, params: Any, env_params: EnvParams) -> dict[str, jax.Array]:
-    """One greedy episode per graph of the bank: per-graph arrays [G] (runtimes in the env's
-    units) and the best placement [G, N]."""
-    graphs = jnp.arange(trainer.n_graphs, dtype=jnp.int32)
-    rollout, state = trainer.rollout(
-        params, env_params, jax.random.key(EVAL_KEY), graphs, greedy=True
-    )
-    return {
-        "initial_runtime": rollout.initial_runtime,
-        "final_runtime": rollout.final_runtime,
-        "best_runtime": state.best_runtime,
-        "initial_placement": rollout.placement[0].astype(jnp.int32),
-        "best_placement": state.best_placement,
-        "visited": jnp.concatenate([rollout.placement, state.placement[None].astype(jnp.int8)]),
-    }
+from placeto_jax.rl.train import make_train
+from placeto_jax.sim.api import simulate, single_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,12 +41,9 @@ def place_graphs(
     config: Config, params: Any, graphs: list[PlacementGraph], cluster: Cluster
 ) -> list[Placement]:
     """Greedy placements of `graphs` (all in one bank: one compiled program)."""
-    with jax.enable_x64(False):
-        bank = build_bank(graphs, config.run.buckets)
-        trainer = Trainer.create(config, bank, cluster.broadcast)
-        env_params = trainer.env.params(bank, cluster)
-        out = jax.device_get(jax.jit(lambda p, e: greedy(trainer, p, e))(params, env_params))
-    steps = trainer.config.env.passes
+    run = make_train(config, build_bank(graphs, config.run.buckets), cluster)
+    out = jax.device_get(run.greedy(params, run.env_params))
+    steps = config.env.passes
     return [
         rank_visited(pg, cluster, np.asarray(out["visited"][: steps * pg.graph.n_ops + 1, i]))
         for i, pg in enumerate(graphs)
@@ -82,7 +57,7 @@ def rank_visited(pg: PlacementGraph, cluster: Cluster, visited: np.ndarray) -> P
     n = pg.graph.n_ops
     visited = np.asarray(visited[:, :n], dtype=np.int64)
     op_graph = pg.op_graph or pg.graph
-    alone = single(op_graph, cluster, jax.random.key(0))
+    alone = single_device(op_graph, cluster)
     runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in visited] + [alone]))
     fits = np.all(runs.peak_memory[:-1] <= cluster.memory_array, axis=1)
     best = (

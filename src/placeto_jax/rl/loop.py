@@ -22,14 +22,14 @@ import numpy as np
 from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
-from placeto_jax.checkpoint import Checkpointer, write_run
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config, RunConfig
-from placeto_jax.env.bank import Bank, PlacementGraph, build_bank
+from placeto_jax.env.bank import Bank, PlacementGraph, build_bank, prepare
 from placeto_jax.files import atomic_write
-from placeto_jax.rl.evaluate import greedy
-from placeto_jax.rl.sharding import local_copy, replicate, replicated
-from placeto_jax.rl.train import Hyper, Trainer, TrainState
+from placeto_jax.graphs.registry import load
+from placeto_jax.rl.checkpoint import Checkpointer, write_run
+from placeto_jax.rl.sharding import local_copy
+from placeto_jax.rl.train import Trainer, TrainState, make_train
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,12 +37,25 @@ class TrainResult:
     state: TrainState
     trainer: Trainer
     bank: Bank
-    evaluation: dict[str, np.ndarray]  # greedy() of the final parameters, per graph
+    evaluation: dict[str, np.ndarray]  # Trainer.greedy of the final parameters, per graph
     resumed_from: int  # update index the run started from (0: fresh)
 
 
 def cluster_of(config: Config) -> Cluster:
     return Cluster.preset(config.cluster_preset, config.n_devices)
+
+
+def load_graphs(spec: str, config: Config) -> list[PlacementGraph]:
+    """The graphs named by a comma-separated spec, coarsened for the agent as `config` says."""
+    overhead = cluster_of(config).delta1
+    out = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            raise ValueError(f"empty graph name in {spec!r}")
+        loaded = load(item)
+        pairs = loaded if isinstance(loaded, list) else [(item, loaded)]
+        out.extend(prepare(name, graph, config.run.group_target, overhead) for name, graph in pairs)
+    return out
 
 
 def train_and_evaluate(
@@ -59,30 +72,17 @@ def train_and_evaluate(
     `stop_at` ends the call after that many updates in total without a final checkpoint (a time
     box, and how tests stand in for a killed run). `mesh` (`sharding.episode_mesh()`) splits the
     episodes over its devices, across processes too; only process 0 logs."""
-    with jax.enable_x64(False):
-        return _train(config, graphs, workdir, progress, stop_at, on_eval, mesh)
-
-
-def _train(config, graphs, workdir, progress, stop_at, on_eval, mesh) -> TrainResult:
     bank = build_bank(graphs, config.run.buckets)
-    cluster = cluster_of(config)
-    trainer = Trainer.create(config, bank, cluster.broadcast, mesh)
-    env_params = trainer.env.params(bank, cluster)
-    init = jax.jit(trainer.init)
-    if mesh is not None:
-        env_params = replicate(env_params, mesh)
-        init = jax.jit(trainer.init, out_shardings=replicated(mesh))
+    run = make_train(config, bank, cluster_of(config), mesh)
+    env_params = run.env_params
     lead = jax.process_index() == 0
     if lead:
         write_run(workdir, config, list(bank.names))
     checkpointer = Checkpointer(workdir)
-    fresh = init(jax.random.key(config.seed), env_params)
+    fresh = run.init(jax.random.key(config.seed), env_params)
     state = checkpointer.restore_state(fresh) or fresh
     start = int(local_copy(state.iteration))
     log = MetricsLog(workdir, start) if lead else None
-    updates = jax.jit(trainer.updates, static_argnums=3)
-    evaluate = jax.jit(lambda p, e: greedy(trainer, p, e))
-    hyper = Hyper.of(config) if mesh is None else replicate(Hyper.of(config), mesh)
     total = config.train.iterations
     end = total if stop_at is None else min(stop_at, total)
     try:
@@ -95,12 +95,12 @@ def _train(config, graphs, workdir, progress, stop_at, on_eval, mesh) -> TrainRe
             dynamic_ncols=True,
         ) as bar:
             for first, last in chunks(start, end, config.run):
-                state, stacked = updates(state, env_params, hyper, last - first + 1)
+                state, stacked = run.updates(state, run.hyper, env_params, count=last - first + 1)
                 stacked = local_copy(stacked)
                 for iteration in range(first, last + 1):
                     record = {k: float(v[iteration - first]) for k, v in stacked.items()}
                     if iteration == last and (last % config.run.eval_every == 0 or last == total):
-                        summary = _eval_record(evaluate(state.params, env_params), bank.names)
+                        summary = _eval_record(run.greedy(state.params, env_params), bank.names)
                         record.update(summary)
                         bar.set_postfix(
                             runtime=f"{record['train/final_runtime']:.4g}",
@@ -117,8 +117,8 @@ def _train(config, graphs, workdir, progress, stop_at, on_eval, mesh) -> TrainRe
         if log is not None:
             log.close()
         checkpointer.close()
-    evaluation = local_copy(evaluate(state.params, env_params))
-    return TrainResult(state, trainer, bank, evaluation, start)
+    evaluation = local_copy(run.greedy(state.params, env_params))
+    return TrainResult(state, run.trainer, bank, evaluation, start)
 
 
 def chunks(start: int, end: int, run: RunConfig) -> list[tuple[int, int]]:

@@ -1,4 +1,4 @@
-"""REINFORCE for Placeto as pure JAX: `make_train(config, bank, cluster) -> train(key, hyper)`.
+"""REINFORCE for Placeto as pure JAX: `make_train(config, bank, cluster)` assembles a run once.
 
 One update: B episodes (spread evenly over the bank's graphs) are rolled out in lockstep with
 `lax.scan` over steps and `vmap` over episodes; the return of step t is G_t = runtime before
@@ -10,14 +10,19 @@ placement and start times, and the gradient is accumulated over chunks of steps 
 Adam with global-norm clipping, learning rate decayed linearly, entropy weight decayed linearly;
 an update whose loss or gradient is not finite is skipped and counted, never applied.
 
-`train(key, hyper)` is jit- and vmap-able over keys and over the scalar `Hyper` fields.
+`make_train` returns a `Train`: jitted `init`, a chunk of `updates`, `greedy` evaluation and the
+environment parameters, every function pure, with `env_params` as an argument (so that training
+on a subset of the bank's graphs is data: `env_params.playing(ids)`). `Train.run(key, hyper)` is
+a whole run from fresh, jit- and vmap-able over keys and over the scalar `Hyper` fields. The
+losses and baselines are in `rl/losses.py`. Float dtypes are explicit (float32 by default), so
+the global `jax_enable_x64` flag does not change a run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,9 +34,11 @@ from placeto_jax.config import Config
 from placeto_jax.env.bank import Bank
 from placeto_jax.env.core import EnvParams, EnvState, PlacetoEnv
 from placeto_jax.nn.policy import PlacetoPolicy
-from placeto_jax.rl.sharding import EPISODES
+from placeto_jax.rl import losses
+from placeto_jax.rl.sharding import EPISODES, replicate, replicated
 
 _CHUNK_NODE_ROWS = 1 << 19  # episodes x padded nodes x steps per gradient chunk (automatic)
+EVAL_KEY = 20190531  # fixed: every greedy evaluation starts from the same initial placements
 
 
 @jax.tree_util.register_dataclass
@@ -83,7 +90,7 @@ class Trainer:
     config: Config
     env: PlacetoEnv
     policy: PlacetoPolicy
-    n_graphs: int
+    n_graphs: int  # G, graphs of the bank (rows of the baseline windows)
     n_steps: int  # T, steps per episode (the bank's largest graph x passes)
     n_pad: int
     optimizer: optax.GradientTransformation
@@ -125,7 +132,7 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def init(self, key: jax.Array, env_params: EnvParams) -> TrainState:
         k_init, k_obs = jax.random.split(key)
-        _, obs = self.env.reset(k_obs, env_params, jnp.int32(0))
+        _, obs = self.env.reset(k_obs, env_params)
         params = self.policy.init(k_init, obs)
         window = self.config.train.baseline_window
         return TrainState(
@@ -140,27 +147,29 @@ class Trainer:
         )
 
     # ------------------------------------------------------------------ rollout
-    def episode_graphs(self, iteration: jax.Array) -> jax.Array:
-        """[B] graph of each episode. The update takes `train.graphs_per_update` graphs
-        (0: all), round-robin over the bank and continuing across updates, and spreads its
-        episodes evenly over them."""
+    def episode_graphs(self, iteration: jax.Array, env_params: EnvParams) -> jax.Array:
+        """[B] graph of each episode, from the K graphs `env_params.graphs`. The update takes
+        `train.graphs_per_update` of them (0: all), round-robin and continuing across updates,
+        and spreads its episodes evenly over them."""
         b = self.config.train.episodes
         k = self.config.train.graphs_per_update
-        if not k or k >= self.n_graphs:
-            return ((iteration * b + jnp.arange(b)) % self.n_graphs).astype(jnp.int32)
-        return ((iteration * k + jnp.arange(b) % k) % self.n_graphs).astype(jnp.int32)
+        playing = env_params.graphs
+        n_playing = playing.shape[0]
+        if not k or k >= n_playing:
+            index = (iteration * b + jnp.arange(b, dtype=jnp.int32)) % n_playing
+        else:
+            index = (iteration * k + jnp.arange(b, dtype=jnp.int32) % k) % n_playing
+        return playing[index]
 
     def rollout(
-        self, params: Any, env_params: EnvParams, key: jax.Array, graphs: jax.Array, greedy: bool
+        self, key: jax.Array, params: Any, graphs: jax.Array, env_params: EnvParams, greedy: bool
     ) -> tuple[Rollout, EnvState]:
+        """One episode per entry of `graphs` [B], in lockstep (`greedy`: argmax actions)."""
         k_reset, k_steps = jax.random.split(key)
         n_episodes = graphs.shape[0]
         graphs = self.shard(graphs)
-        state, obs = self.shard(
-            jax.vmap(self.env.reset, (0, None, 0))(
-                jax.random.split(k_reset, n_episodes), env_params, graphs
-            )
-        )
+        reset = jax.vmap(lambda k, g: self.env.reset(k, env_params.on_graph(g)))
+        state, obs = self.shard(reset(jax.random.split(k_reset, n_episodes), graphs))
         initial = state.runtime
 
         def step(carry, step_key):
@@ -170,9 +179,11 @@ class Trainer:
                 action = jnp.argmax(logits, axis=-1)
             else:
                 action = jax.random.categorical(step_key, logits)
-            active = state.t < self.env.n_steps(env_params, state.graph)
+            active = state.t < self.env.n_steps(state.graph, env_params)
             record = (state.placement.astype(jnp.int8), state.start, action, active)
-            state, obs, reward, _ = jax.vmap(self.env.step, (0, 0, None))(state, action, env_params)
+            state, obs, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
+                step_key, state, action, env_params
+            )
             return self.shard((state, obs)), self.shard((*record, reward))
 
         (state, _), (placement, start, action, active, reward) = jax.lax.scan(
@@ -193,36 +204,23 @@ class Trainer:
         )
         return rollout, state
 
-    # ------------------------------------------------------------------ loss
-    def baseline(self, state: TrainState, rollout: Rollout, returns: jax.Array) -> jax.Array:
-        """[T, B] b_t per episode: the window mean of its graph, or this batch's per-graph
-        mean where the graph has no history yet."""
-        if self.config.train.baseline == "none":
-            return jnp.zeros_like(returns)
-        window_mean = state.returns.sum(axis=1) / jnp.maximum(state.filled, 1)[:, None]  # [G, T]
-        one_hot = jax.nn.one_hot(rollout.graph, self.n_graphs, dtype=returns.dtype)  # [B, G]
-        batch_mean = (returns @ one_hot) / jnp.maximum(one_hot.sum(axis=0), 1)  # [T, G]
-        per_graph = jnp.where(state.filled[None, :] > 0, window_mean.T, batch_mean)  # [T, G]
-        return per_graph[:, rollout.graph]
-
-    def push_returns(self, state: TrainState, rollout: Rollout, returns: jax.Array):
-        """(returns, filled, cursor) with this batch's last W episodes per graph appended."""
-        window = self.config.train.baseline_window
-        one_hot = jax.nn.one_hot(rollout.graph, self.n_graphs, dtype=jnp.int32)  # [B, G]
-        count = one_hot.sum(axis=0)  # [G]
-        rank = (jnp.cumsum(one_hot, axis=0) - 1)[jnp.arange(one_hot.shape[0]), rollout.graph]
-        skip = jnp.maximum(count - window, 0)[rollout.graph]  # [B] older episodes not kept
-        keep = rank >= skip
-        slot = (state.cursor[rollout.graph] + rank - skip) % window
-        row = jnp.where(keep, rollout.graph, self.n_graphs)  # out of range: dropped
-        buffer = state.returns.at[row, slot].set(returns.T, mode="drop")
-        stored = jnp.minimum(count, window)
-        return (
-            buffer,
-            jnp.minimum(state.filled + stored, window),
-            (state.cursor + stored) % window,
+    def greedy(self, params: Any, env_params: EnvParams) -> dict[str, jax.Array]:
+        """One greedy episode per graph of `env_params.graphs` (K): per-graph arrays [K]
+        (runtimes in the env's units), the best placement [K, N] and every visited placement
+        [T + 1, K, N] int8 (the initial one first)."""
+        rollout, state = self.rollout(
+            jax.random.key(EVAL_KEY), params, env_params.graphs, env_params, greedy=True
         )
+        return {
+            "initial_runtime": rollout.initial_runtime,
+            "final_runtime": rollout.final_runtime,
+            "best_runtime": state.best_runtime,
+            "initial_placement": rollout.placement[0].astype(jnp.int32),
+            "best_placement": state.best_placement,
+            "visited": jnp.concatenate([rollout.placement, state.placement[None].astype(jnp.int8)]),
+        }
 
+    # ------------------------------------------------------------------ loss
     def grad_chunk(self) -> int:
         if self.config.train.grad_chunk:
             return min(self.config.train.grad_chunk, self.n_steps)
@@ -232,12 +230,13 @@ class Trainer:
     def loss_and_grad(
         self,
         params: Any,
-        env_params: EnvParams,
         rollout: Rollout,
         advantage: jax.Array,
         entropy_weight: jax.Array,
+        env_params: EnvParams,
     ) -> tuple[jax.Array, jax.Array, Any]:
-        """(loss, mean entropy, gradient), accumulated over chunks of steps."""
+        """(loss, mean entropy, gradient), accumulated over chunks of steps; observations are
+        rebuilt from the stored trajectory by the rollout's own `env.observe`."""
         chunk = self.grad_chunk()
         n_chunks = -(-self.n_steps // chunk)
         pad = n_chunks * chunk - self.n_steps
@@ -253,23 +252,19 @@ class Trainer:
             *self.shard(tuple(chunked(x) for x in per_episode), axis=2),  # [chunks, chunk, B..]
         )
         n_active = jnp.maximum(rollout.active.sum(), 1)
+        observe_episodes = jax.vmap(self.env.observe, (0, None))
+
+        def observe_step(t, placement, start):  # [] step, [B, N] placement and starts
+            t = jnp.broadcast_to(t, rollout.graph.shape)
+            placement = placement.astype(jnp.int32)
+            state = EnvState.replayed(rollout.graph, rollout.order, t, placement, start)
+            return observe_episodes(state, env_params)
 
         def chunk_loss(p, data):
             t, placement, start, action, active, adv = data
-            observe = jax.vmap(  # over steps, then episodes
-                jax.vmap(self.env.observation, (None, 0, 0, None, 0, 0)),
-                (None, None, None, 0, 0, 0),
-            )
-            obs = observe(
-                env_params, rollout.graph, rollout.order, t, placement.astype(jnp.int32), start
-            )
+            obs = jax.vmap(observe_step)(t, placement, start)
             logits = jax.vmap(jax.vmap(self.policy.apply, (None, 0)), (None, 0))(p, obs)
-            log_p = jax.nn.log_softmax(logits)
-            chosen = jnp.take_along_axis(log_p, action[..., None], axis=-1)[..., 0]
-            entropy = -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
-            policy_term = -jnp.sum(jnp.where(active, adv * chosen, 0.0))
-            entropy_sum = jnp.sum(jnp.where(active, entropy, 0.0))
-            return (policy_term - entropy_weight * entropy_sum) / n_active, entropy_sum
+            return losses.policy_loss(logits, action, active, adv, entropy_weight, n_active)
 
         def accumulate(carry, data):
             loss, entropy, grad = carry
@@ -277,9 +272,8 @@ class Trainer:
             return (loss + l, entropy + e, jax.tree.map(jnp.add, grad, g)), None
 
         zeros = jax.tree.map(jnp.zeros_like, params)
-        (loss, entropy, grad), _ = jax.lax.scan(
-            accumulate, (jnp.zeros(()), jnp.zeros(()), zeros), per_step
-        )
+        start = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), zeros)
+        (loss, entropy, grad), _ = jax.lax.scan(accumulate, start, per_step)
         return loss, entropy / n_active, grad
 
     # ------------------------------------------------------------------ update
@@ -294,20 +288,22 @@ class Trainer:
         return lr, entropy
 
     def update(
-        self, state: TrainState, env_params: EnvParams, hyper: Hyper
+        self, state: TrainState, hyper: Hyper, env_params: EnvParams
     ) -> tuple[TrainState, dict[str, jax.Array]]:
         key = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.iteration)
-        graphs = self.episode_graphs(state.iteration)
-        rollout, _ = self.rollout(state.params, env_params, key, graphs, greedy=False)
-        returns = jnp.cumsum(rollout.reward[::-1], axis=0)[::-1]  # [T, B] G_t
-        advantage = jnp.where(rollout.active, returns - self.baseline(state, rollout, returns), 0)
+        graphs = self.episode_graphs(state.iteration, env_params)
+        rollout, _ = self.rollout(key, state.params, graphs, env_params, greedy=False)
+        returns = losses.returns_to_go(rollout.reward)
+        if self.config.train.baseline == "none":
+            baseline = jnp.zeros_like(returns)
+        else:
+            baseline = losses.window_baseline(state.returns, state.filled, rollout.graph, returns)
+        advantage = jnp.where(rollout.active, returns - baseline, 0)
         if self.config.train.normalize_advantage:
-            n_active = jnp.maximum(rollout.active.sum(), 1)
-            spread = jnp.sqrt(jnp.sum(advantage**2) / n_active)
-            advantage = advantage / jnp.maximum(spread, 1e-8)
+            advantage = losses.normalized(advantage, rollout.active)
         lr, entropy_weight = self.schedules(state.iteration, hyper)
         loss, entropy, grad = self.loss_and_grad(
-            state.params, env_params, rollout, advantage, entropy_weight
+            state.params, rollout, advantage, entropy_weight, env_params
         )
         updates, opt_state = self.optimizer.update(grad, state.opt_state, state.params)
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
@@ -315,7 +311,9 @@ class Trainer:
             jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grad)])
         )
         keep_new = _keep_if(finite)
-        buffer, filled, cursor = self.push_returns(state, rollout, returns)
+        buffer, filled, cursor = losses.push_returns(
+            state.returns, state.filled, state.cursor, rollout.graph, returns
+        )
         new_state = TrainState(
             params=jax.tree.map(keep_new, params, state.params),
             opt_state=jax.tree.map(keep_new, opt_state, state.opt_state),
@@ -342,11 +340,11 @@ class Trainer:
         return new_state, metrics
 
     def updates(
-        self, state: TrainState, env_params: EnvParams, hyper: Hyper, count: int
+        self, state: TrainState, hyper: Hyper, env_params: EnvParams, count: int
     ) -> tuple[TrainState, dict[str, jax.Array]]:
         """`count` (static) updates in one `lax.scan`; metrics stacked to [count]."""
         return jax.lax.scan(
-            lambda s, _: self.update(s, env_params, hyper), state, None, length=count
+            lambda s, _: self.update(s, hyper, env_params), state, None, length=count
         )
 
 
@@ -355,18 +353,48 @@ def _keep_if(keep_new: jax.Array) -> Callable[[jax.Array, jax.Array], jax.Array]
     return lambda new, old: jnp.where(keep_new, new, old)
 
 
+class Train(NamedTuple):
+    """A run assembled once by `make_train`: pure functions, jitted, and their constants."""
+
+    init: Callable[[jax.Array, EnvParams], TrainState]  # (key, env_params) -> fresh state
+    updates: Callable[..., tuple[TrainState, dict[str, jax.Array]]]
+    # (state, hyper, env_params, count=K static) -> (state, metrics [K])
+    greedy: Callable[[Any, EnvParams], dict[str, jax.Array]]  # (params, env_params) -> arrays [K]
+    env_params: EnvParams  # the whole bank, every graph played (replicated on the mesh)
+    hyper: Hyper  # the config's learning rate and entropy weight
+    trainer: Trainer  # the static parts (shapes, config, networks)
+
+    def run(self, key: jax.Array, hyper: Hyper | None = None):
+        """(final state, metrics [iterations]): every update of the config from a fresh state,
+        a pure function of its arguments to jit and vmap over keys and `Hyper` fields."""
+        hyper = self.hyper if hyper is None else hyper
+        state = self.init(key, self.env_params)
+        count = self.trainer.config.train.iterations
+        return self.updates(state, hyper, self.env_params, count=count)
+
+
 def make_train(
-    config: Config, bank: Bank, cluster: Cluster
-) -> Callable[[jax.Array, Hyper | None], tuple[TrainState, dict[str, jax.Array]]]:
-    """`train(key, hyper=None) -> (final state, metrics [iterations] per key)`: a pure function
-    of its arguments (the bank and cluster are constants), to jit and vmap over keys and
-    `Hyper` fields."""
-    trainer = Trainer.create(config, bank, cluster.broadcast)
-    env_params = trainer.env.params(bank, cluster)
-
-    def train(key: jax.Array, hyper: Hyper | None = None):
-        hyper = Hyper.of(config) if hyper is None else hyper
-        state = trainer.init(key, env_params)
-        return trainer.updates(state, env_params, hyper, config.train.iterations)
-
-    return train
+    config: Config,
+    bank: Bank,
+    cluster: Cluster,
+    mesh: Mesh | None = None,
+    float_dtype: Any = jnp.float32,
+) -> Train:
+    """Assemble a run on `bank` and `cluster`: the environment parameters in `float_dtype`,
+    the jitted init, chunk of updates and greedy episode. `mesh` (`sharding.episode_mesh()`)
+    splits the episodes over its devices; the constants are then replicated on it."""
+    trainer = Trainer.create(config, bank, cluster.broadcast, mesh)
+    env_params = trainer.env.env_params(bank, cluster, float_dtype)
+    hyper = Hyper.of(config)
+    init = jax.jit(trainer.init)
+    if mesh is not None:
+        env_params, hyper = replicate((env_params, hyper), mesh)
+        init = jax.jit(trainer.init, out_shardings=replicated(mesh))
+    return Train(
+        init=init,
+        updates=jax.jit(trainer.updates, static_argnames="count"),
+        greedy=jax.jit(trainer.greedy),
+        env_params=env_params,
+        hyper=hyper,
+        trainer=trainer,
+    )

@@ -1,14 +1,21 @@
-"""`simulate`: the host wrapper that validates, pads, batches, runs the jitted simulator, unpads."""
+"""`simulate`: the host wrapper that validates, pads, batches, runs the jitted simulator, unpads.
+
+Precision is an argument (`dtype`), never the caller's global `jax_enable_x64` flag: the host
+functions here run the simulator in float64 by default (exact: bit-equal to the reference) or in
+float32 when asked, each inside `precision.scope(dtype)`.
+"""
 
 from __future__ import annotations
 
 import functools
 import weakref
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from placeto_jax import precision
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.sim.core import SimCluster, SimGraph, SimOutput, simulate_lanes
@@ -28,18 +35,19 @@ def padded(graph: Graph) -> PaddedGraph:
     return _padded_cache[graph]
 
 
-def device_graph(graph: Graph) -> SimGraph:
-    """The default padding as device arrays in the current float dtype (cached per graph object,
-    so repeated `simulate` calls do not copy the graph to the device again)."""
-    dtype = jnp.result_type(float)
+def device_graph(graph: Graph, dtype: Any = precision.EXACT) -> SimGraph:
+    """The default padding as device arrays in `dtype` (cached per graph object and dtype, so
+    repeated `simulate` calls do not copy the graph to the device again). Call it inside
+    `precision.scope(dtype)`."""
+    dtype = np.dtype(dtype)
     per_dtype = _device_cache.setdefault(graph, {})
     if dtype not in per_dtype:
         per_dtype[dtype] = SimGraph.from_padded(padded(graph), dtype)
     return per_dtype[dtype]
 
 
-def sim_cluster(cluster: Cluster, float_dtype=None) -> SimCluster:
-    dtype = float_dtype or jnp.result_type(float)
+def sim_cluster(cluster: Cluster, dtype: Any) -> SimCluster:
+    """The cluster's speeds, bandwidths and overheads as device arrays in `dtype`."""
     return SimCluster(
         speed=jnp.asarray(cluster.speed, dtype),
         bandwidth=jnp.asarray(cluster.bandwidth, dtype),
@@ -78,15 +86,34 @@ def simulate_batch(
     return out
 
 
+def simulate_rows(graph: Graph, cluster: Cluster, rows: np.ndarray, dtype: Any = precision.EXACT):
+    """SimOutput (NumPy, `dtype`) of placement rows [B, Np] int32 on the graph's default
+    padding, in one `simulate_batch` call of exactly B rows (the caller pads the batch to the
+    sizes it wants compiled). No validation: `simulate` is the checked entry point."""
+    with precision.scope(dtype):
+        out = simulate_batch(
+            device_graph(graph, dtype),
+            sim_cluster(cluster, dtype),
+            jnp.asarray(rows, jnp.int32),
+            cluster.broadcast,
+        )
+        return jax.device_get(out)
+
+
 def simulate(
-    graph: Graph, cluster: Cluster, placement, *, padding: PaddedGraph | None = None
+    graph: Graph,
+    cluster: Cluster,
+    placement,
+    *,
+    padding: PaddedGraph | None = None,
+    dtype: Any = precision.EXACT,
 ) -> SimResult:
     """Simulate one placement ([N] ints) or a batch ([B, N]); see docs/simulator.md.
 
     Batches are padded to a power of two so that repeated calls reuse one compiled program;
     `padding` (from `pad_graph(graph, ...)`) chooses the graph's padded sizes, by default
-    power-of-two buckets. Results are float64 NumPy when `jax_enable_x64` is on (exact), else
-    float32."""
+    power-of-two buckets. Results are NumPy in `dtype`: float64 (the default) is exact, equal to
+    the reference to the last bit; float32 is faster and matches to rounding."""
     placement = check_placement(placement, graph.n_ops, cluster.n_devices)
     single = placement.ndim == 1
     batch = placement[None] if single else placement
@@ -96,13 +123,17 @@ def simulate(
     n, b = graph.n_ops, batch.shape[0]
     rows = np.zeros((bucket(b, 1), pg.n_pad), dtype=np.int32)
     rows[:b, :n] = batch
-    out = simulate_batch(
-        device_graph(graph) if padding is None else SimGraph.from_padded(pg),
-        sim_cluster(cluster),
-        jnp.asarray(rows),
-        cluster.broadcast,
-    )
-    out = jax.device_get(out)
+    if padding is None:
+        out = simulate_rows(graph, cluster, rows, dtype)
+    else:
+        with precision.scope(dtype):
+            out = simulate_batch(
+                SimGraph.from_padded(pg, dtype),
+                sim_cluster(cluster, dtype),
+                rows,
+                cluster.broadcast,
+            )
+            out = jax.device_get(out)
     result = SimResult(
         makespan=np.asarray(out.makespan[:b]),
         start=np.asarray(out.start[:b, :n]),
@@ -112,6 +143,17 @@ def simulate(
         arrival=_nan_for_none(out.arrival[:b, :n]),
     )
     return result[0] if single else result
+
+
+def single_device(graph: Graph, cluster: Cluster) -> np.ndarray:
+    """[N] int64: every op on the fastest device (lowest index on ties), the reference that
+    placements are compared with. When the graph's parameters plus all its outputs exceed that
+    device's memory: the next fastest device that holds them, or the fastest when none does."""
+    by_speed = np.argsort(-cluster.speed_array, kind="stable")
+    need = graph.param_bytes.sum() + graph.out_bytes.sum()
+    fits = by_speed[need <= cluster.memory_array[by_speed]]
+    device = fits[0] if fits.size else by_speed[0]
+    return np.full(graph.n_ops, device, dtype=np.int64)
 
 
 def _nan_for_none(x: np.ndarray) -> np.ndarray:

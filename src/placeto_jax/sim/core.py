@@ -52,8 +52,8 @@ class SimGraph:
     edge_dst: jax.Array  # [Ep] int32
 
     @classmethod
-    def from_padded(cls, padded: PaddedGraph, float_dtype=None) -> SimGraph:
-        float_dtype = float_dtype or jnp.result_type(float)
+    def from_padded(cls, padded: PaddedGraph, float_dtype) -> SimGraph:
+        """Device arrays of `padded`: floats in `float_dtype`, integers int32."""
         fields = {}
         for f in dataclasses.fields(PaddedGraph):
             value = np.asarray(getattr(padded, f.name))

@@ -122,6 +122,22 @@ def pad_graph(
     )
 
 
+def stack_padded(graphs: list[Graph], n_pad: int | None) -> PaddedGraph:
+    """`graphs` padded to one shape (each size the largest any of them needs; `n_pad` ops, or
+    their power of two when None), fields stacked over the graphs: [G, ...]."""
+    n_pad = n_pad or bucket(max(g.n_ops for g in graphs))
+    kids = bucket(max(max(int(g.out_degree.max(initial=0)), 1) for g in graphs), 1)
+    chains = round_up(max(len(chain_cover(g)) for g in graphs))
+    edges = fine_bucket(max(g.n_edges for g in graphs))
+    padded = [pad_graph(g, n_pad, kids, chains, edges) for g in graphs]
+    return PaddedGraph(
+        **{
+            f.name: np.stack([np.asarray(getattr(p, f.name)) for p in padded])
+            for f in dataclasses.fields(PaddedGraph)
+        }
+    )
+
+
 def chain_cover(graph: Graph) -> list[np.ndarray]:
     """Cover the ops with the fewest chains (each op an ancestor of the next), the graph's width
     by Dilworth's theorem: a greedy cover (`greedy_chains`), then augmenting paths in the
