@@ -285,3 +285,22 @@ def test_edge_cases_match_reference(graph, cluster, placements):
         want = pj.simulate_reference(graph, cluster, placement)
         for field in FIELDS:
             np.testing.assert_array_equal(getattr(got, field)[b], getattr(want, field))
+
+
+def test_precision_is_an_argument_not_the_global_flag():
+    # Exact float64 by default without any global flag, float32 on request, and the caller's
+    # flag changes neither.
+    graph = layered(50, seed=7)
+    cluster = pj.Cluster(3)
+    placements = np.random.default_rng(7).integers(0, 3, size=(5, graph.n_ops))
+    want = [pj.simulate_reference(graph, cluster, p).makespan for p in placements]
+    exact = pj.simulate(graph, cluster, placements)
+    assert exact.makespan.dtype == np.float64
+    np.testing.assert_array_equal(exact.makespan, want)
+    fast = pj.simulate(graph, cluster, placements, dtype=np.float32)
+    assert fast.makespan.dtype == np.float32
+    np.testing.assert_allclose(fast.makespan, want, rtol=1e-5)
+    with jax.enable_x64(True):
+        np.testing.assert_array_equal(
+            pj.simulate(graph, cluster, placements, dtype=np.float32).makespan, fast.makespan
+        )

@@ -151,3 +151,17 @@ def test_episodes_are_spread_over_the_graphs_of_each_update():
             for i in (0, 1)
         ]
         assert got == expected
+
+
+def test_the_global_x64_flag_does_not_change_a_run():
+    # Precision is explicit (float32 env parameters and accumulators): a caller that turned
+    # 64-bit types on gets bit-identical parameters and metrics.
+    config, bank = _setup(2)
+    default, default_metrics = jax.jit(make_train(config, bank, CLUSTER).run)(jax.random.key(3))
+    with jax.enable_x64(True):
+        wide, wide_metrics = jax.jit(make_train(config, bank, CLUSTER).run)(jax.random.key(3))
+    for a, b in zip(jax.tree.leaves(default.params), jax.tree.leaves(wide.params), strict=True):
+        assert a.dtype == b.dtype == jnp.float32
+        np.testing.assert_array_equal(a, b)
+    for key in ("train/loss", "train/final_runtime"):
+        np.testing.assert_array_equal(default_metrics[key], wide_metrics[key])

@@ -72,13 +72,13 @@ class PlacetoBench:
             raise ValueError(f"graph {name!r} is not in this bench ({', '.join(names)})")
         return names.index(name)
 
-    def graph_params(self, i: int) -> EnvParams:
+    def graph_env_params(self, i: int) -> EnvParams:
         """The environment playing only graph `i` (same shapes for every graph)."""
         return self.run.env_params.playing([i])
 
     def place(self, params: Any, i: int) -> Placement:
         """Greedy episode on graph `i`, ranked on the op graph (as `placeto-jax place` does)."""
-        out = jax.device_get(self.run.greedy(params, self.graph_params(i)))
+        out = jax.device_get(self.run.greedy(params, self.graph_env_params(i)))
         pg = self.graphs[i]
         steps = self.config.env.passes * pg.graph.n_ops + 1
         return rank_visited(pg, self.cluster, np.asarray(out["visited"][:steps, 0]))
@@ -97,7 +97,7 @@ class PlacetoBench:
         (default `config.run.eval_every`)."""
         eval_every = eval_every or self.config.run.eval_every
         total = self.config.train.iterations
-        env_params = self.graph_params(i)
+        env_params = self.graph_env_params(i)
         n = self.graphs[i].graph.n_ops
         per_update = self.config.train.episodes * (self.config.env.passes * n + 1)
         began = time.perf_counter()
