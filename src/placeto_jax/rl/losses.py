@@ -37,8 +37,8 @@ def push_returns(
     a graph has more than W episodes in the batch, its last W are kept."""
     n_graphs, size = window.shape[:2]
     one_hot = jax.nn.one_hot(graph, n_graphs, dtype=jnp.int32)  # [B, G]
-    count = one_hot.sum(axis=0)  # [G]
-    rank = (jnp.cumsum(one_hot, axis=0) - 1)[jnp.arange(one_hot.shape[0]), graph]
+    count = one_hot.sum(axis=0, dtype=jnp.int32)  # [G]
+    rank = (jnp.cumsum(one_hot, axis=0, dtype=jnp.int32) - 1)[jnp.arange(graph.shape[0]), graph]
     skip = jnp.maximum(count - size, 0)[graph]  # [B] older episodes not kept
     keep = rank >= skip
     slot = (cursor[graph] + rank - skip) % size

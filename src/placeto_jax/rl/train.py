@@ -14,8 +14,8 @@ an update whose loss or gradient is not finite is skipped and counted, never app
 environment parameters, every function pure, with `env_params` as an argument (so that training
 on a subset of the bank's graphs is data: `env_params.playing(ids)`). `Train.run(key, hyper)` is
 a whole run from fresh, jit- and vmap-able over keys and over the scalar `Hyper` fields. The
-losses and baselines are in `rl/losses.py`. Float dtypes are explicit (float32 by default), so
-the global `jax_enable_x64` flag does not change a run.
+losses and baselines are in `rl/losses.py`. Precision is explicit (float32 by default): the
+functions run inside `precision.scope`, so the global `jax_enable_x64` flag does not change a run.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from placeto_jax import precision
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.bank import Bank
@@ -280,6 +281,7 @@ class Trainer:
     def schedules(self, iteration: jax.Array, hyper: Hyper) -> tuple[jax.Array, jax.Array]:
         """(learning rate, entropy weight) at `iteration`."""
         cfg = self.config.train
+        iteration = jnp.asarray(iteration, jnp.float32)
         progress = iteration / cfg.iterations
         ratio = cfg.final_learning_rate / cfg.learning_rate
         lr = hyper.learning_rate * (1.0 - progress * (1.0 - ratio))
@@ -381,7 +383,8 @@ def make_train(
     float_dtype: Any = jnp.float32,
 ) -> Train:
     """Assemble a run on `bank` and `cluster`: the environment parameters in `float_dtype`,
-    the jitted init, chunk of updates and greedy episode. `mesh` (`sharding.episode_mesh()`)
+    the jitted init, chunk of updates and greedy episode, each traced and run inside
+    `precision.scope(float_dtype)`. `mesh` (`sharding.episode_mesh()`)
     splits the episodes over its devices; the constants are then replicated on it."""
     trainer = Trainer.create(config, bank, cluster.broadcast, mesh)
     env_params = trainer.env.env_params(bank, cluster, float_dtype)
@@ -391,9 +394,9 @@ def make_train(
         env_params, hyper = replicate((env_params, hyper), mesh)
         init = jax.jit(trainer.init, out_shardings=replicated(mesh))
     return Train(
-        init=init,
-        updates=jax.jit(trainer.updates, static_argnames="count"),
-        greedy=jax.jit(trainer.greedy),
+        init=precision.Scoped(init, float_dtype),
+        updates=precision.Scoped(jax.jit(trainer.updates, static_argnames="count"), float_dtype),
+        greedy=precision.Scoped(jax.jit(trainer.greedy), float_dtype),
         env_params=env_params,
         hyper=hyper,
         trainer=trainer,
