@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--budget", type=int, default=None, help="simulator evaluations")
     parser.add_argument("--learned-budget", type=int, default=None, help="for rnn, hierarchical")
-    parser.add_argument("--preset", default="placeto-k80")
+    parser.add_argument("--cluster", default="placeto-k80")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/bench/baselines.json")
     args = parser.parse_args()
@@ -44,8 +44,8 @@ def main() -> None:
     for spec in args.graphs:
         graph = resolve_graph(spec)
         for n_devices in args.devices:
-            cluster = Cluster.preset(args.preset, n_devices)
-            print(f"\n{spec} ({graph.n_ops} ops), {n_devices} x {args.preset}")
+            cluster = Cluster.preset(args.cluster, n_devices)
+            print(f"\n{spec} ({graph.n_ops} ops), {n_devices} x {args.cluster}")
             print(f"{'method':15s} {'makespan ms':>12s} {'estimate ms':>12s} {'evals':>6s} "
                   f"{'fits':>5s} {'wall s':>7s}")  # fmt: skip
             for name in args.methods:
@@ -62,7 +62,7 @@ def main() -> None:
                         graph=spec,
                         n_ops=graph.n_ops,
                         devices=n_devices,
-                        preset=args.preset,
+                        cluster=args.cluster,
                         method=name,
                         makespan_us=result.makespan,
                         estimate_us=None if result.estimate != result.estimate else result.estimate,

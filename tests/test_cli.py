@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import placeto_jax as pj
 from placeto_jax import cli
 from placeto_jax.graphs.generators import diamond
 from placeto_jax.graphs.io import graph_to_dict
@@ -56,7 +59,7 @@ def test_simulate_worked_example(capsys, tmp_path, wrapped):
     assert report["placement"] == placement
     assert report["memory_capacity_bytes"] == [12e9] * 3
     assert (report["graph"], report["n_ops"], report["n_edges"]) == ("example:diamond", 4, 4)
-    assert (report["n_devices"], report["preset"], report["broadcast"]) == (3, "placeto-k80", True)
+    assert (report["n_devices"], report["cluster"], report["broadcast"]) == (3, "placeto-k80", True)
 
 
 def test_simulate_without_broadcast(capsys, tmp_path):
@@ -79,6 +82,23 @@ def test_simulate_placers(capsys):
     again = _simulate_json(capsys, "--devices", "3", "--placer", "random", "--seed", "4")
     assert first["placement"] == again["placement"]
     assert first["placement_source"] == "placer random"
+
+
+def test_simulate_on_another_cluster(capsys):
+    report = _simulate_json(
+        capsys, "--devices", "3", "--placer", "round-robin", "--cluster", "v100"
+    )
+    expected = pj.simulate(diamond(), pj.Cluster.preset("v100", 3), np.array([0, 1, 2, 0]))
+    assert report["cluster"] == "v100"
+    assert report["makespan_us"] == pytest.approx(float(expected.makespan), abs=1e-9)
+    assert report["makespan_us"] < 171.0  # the round-robin makespan on placeto-k80, above
+
+
+def test_preset_names_no_cluster(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["simulate", "example:diamond", "--devices", "2", "--preset", "p100"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --preset p100" in capsys.readouterr().err
 
 
 def test_simulate_table(capsys):
@@ -178,7 +198,7 @@ def test_unreadable_placement_files(capsys, tmp_path):
 def test_bad_cluster_arguments(capsys):
     err = _error(capsys, "simulate", "example:diamond", "--devices", "0")
     assert err == "placeto-jax: error: n_devices must be at least 1, got 0\n"
-    err = _error(capsys, "simulate", "example:diamond", "--devices", "2", "--preset", "k81")
+    err = _error(capsys, "simulate", "example:diamond", "--devices", "2", "--cluster", "k81")
     assert "unknown cluster preset 'k81'" in err
     err = _error(capsys, "demo", "--batch", "0")
     assert err == "placeto-jax: error: --batch must be at least 1, got 0\n"
@@ -217,3 +237,34 @@ def test_console_script_help():
     done = subprocess.run([script, "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
     assert "simulate" in done.stdout and "demo" in done.stdout
+
+
+def test_demo_on_another_cluster(capsys):
+    status, out, _ = _run(
+        capsys, "demo", "--graph", "example:diamond", "--batch", "8", "--cluster", "p100"
+    )
+    assert status == 0
+    assert out.splitlines()[1] == "cluster  p100, 4 devices, 16 GB each"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    version = re.search(r'^version = "([^"]+)"$', pyproject, re.MULTILINE).group(1)
+    assert capsys.readouterr().out == f"placeto-jax {version}\n"
+
+
+def test_a_closed_pipe_exits_quietly():
+    """The reader leaves after one line of a 5000-device table: more than a pipe holds, so the
+    child is still writing (`placeto-jax simulate ... | head -1`)."""
+    code = "import sys; from placeto_jax.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, "simulate", "example:diamond", "--devices", "5000"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        first = child.stdout.readline()
+        child.stdout.close()
+        err = child.stderr.read().decode()
+    assert first == b"graph      example:diamond: 4 ops, 4 edges\n"
+    assert child.returncode == 141
+    assert "Traceback" not in err and "Broken pipe" not in err and "error" not in err

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
+import placeto_jax as pj
 from placeto_jax.cli import main
+from placeto_jax.graphs.registry import resolve_graph
 
 TINY = [
     "--set",
@@ -50,23 +53,23 @@ def test_place_json_has_the_documented_fields(run_dir, capsys, tmp_path):
     doc = json.loads(capsys.readouterr().out)
     for key in (
         "graph",
-        "makespan",
-        "single_device_makespan",
-        "initial_makespan",
-        "peak_memory",
+        "makespan_us",
+        "single_device_makespan_us",
+        "initial_makespan_us",
+        "peak_memory_bytes",
         "placement",
         "evaluations",
     ):
         assert key in doc
     assert len(doc["placement"]) == 16 and set(doc["placement"]) <= {0, 1}
-    assert doc["makespan"] <= doc["initial_makespan"]  # the initial placement is a candidate
+    assert doc["makespan_us"] <= doc["initial_makespan_us"]  # the initial placement is a candidate
     assert json.loads(output.read_text())["placement"] == doc["placement"]
     # the written placement simulates to the reported makespan
     assert (
         main(["simulate", "layered:16:3", "--devices", "2", "--placement", str(output), "--json"])
         == 0
     )
-    assert json.loads(capsys.readouterr().out)["makespan_us"] == pytest.approx(doc["makespan"])
+    assert json.loads(capsys.readouterr().out)["makespan_us"] == pytest.approx(doc["makespan_us"])
 
 
 def test_eval_prints_one_row_per_graph(run_dir, capsys):
@@ -77,10 +80,49 @@ def test_eval_prints_one_row_per_graph(run_dir, capsys):
     assert "single ms" in out and "example:diamond" in out and "layered:9" in out
 
 
+def _simulated(spec: str, cluster: str, devices: int, placement: list[int]):
+    """The exact simulation of `placement` of graph `spec` on `devices` of preset `cluster`."""
+    return pj.simulate(
+        resolve_graph(spec), pj.Cluster.preset(cluster, devices), np.array(placement)
+    )
+
+
+def test_place_on_another_cluster_than_trained(run_dir, capsys):
+    argv = ["place", "layered:16:3", "--checkpoint", str(run_dir), "--cluster", "v100"]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["cluster"], doc["n_devices"]) == ("v100", 2)
+    on_v100 = _simulated("layered:16:3", "v100", 2, doc["placement"])
+    on_k80 = _simulated("layered:16:3", "placeto-k80", 2, doc["placement"])  # trained there
+    assert doc["makespan_us"] == pytest.approx(float(on_v100.makespan))
+    assert doc["makespan_us"] < 0.9 * float(on_k80.makespan)
+    assert doc["peak_memory_bytes"] == pytest.approx(np.asarray(on_v100.peak_memory).tolist())
+    assert main(argv) == 0
+    assert "devices  2 x v100" in capsys.readouterr().out.splitlines()
+
+
+def test_place_and_eval_default_to_the_checkpoint_cluster(run_dir, capsys):
+    assert main(["place", "example:diamond", "--checkpoint", str(run_dir)]) == 0
+    assert "devices  2 x placeto-k80" in capsys.readouterr().out.splitlines()
+    argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "example:diamond", "--json"]
+    assert main(argv) == 0
+    (k80,) = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--cluster", "p100"]) == 0
+    (p100,) = json.loads(capsys.readouterr().out)
+    assert (k80["cluster"], p100["cluster"]) == ("placeto-k80", "p100")
+    for row, cluster in ((k80, "placeto-k80"), (p100, "p100")):
+        simulated = _simulated("example:diamond", cluster, 2, row["placement"])
+        assert row["makespan_us"] == pytest.approx(float(simulated.makespan))
+
+
 def test_place_with_a_baseline_method(capsys):
     assert main(["place", "example:diamond", "--method", "heft", "--devices", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["method"] == "heft" and len(doc["placement"]) == 4 and doc["wall_s"] >= 0
+    assert doc["cluster"] == "placeto-k80"
+    simulated = _simulated("example:diamond", "placeto-k80", 2, doc["placement"])
+    assert doc["makespan_us"] == pytest.approx(float(simulated.makespan))
+    assert doc["peak_memory_bytes"] == np.asarray(simulated.peak_memory).tolist()
 
 
 @pytest.mark.parametrize(
@@ -91,6 +133,14 @@ def test_place_with_a_baseline_method(capsys):
             "places on 2 devices, not 3",
         ),
         (["place", "example:diamond", "--checkpoint", "{tmp}/nothing"], "does not exist"),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--cluster", "k81"],
+            "unknown cluster preset 'k81'",
+        ),
+        (
+            ["eval", "--checkpoint", "{run}", "--graphs", "example:diamond", "--cluster", "k81"],
+            "unknown cluster preset 'k81'",
+        ),
         (
             ["place", "example:diamond", "--method", "magic", "--devices", "2"],
             "unknown placement method 'magic'",

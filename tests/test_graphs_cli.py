@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from placeto_jax import cli
+from placeto_jax import cli, plotting
 from placeto_jax.graphs import families, generators, zoo
 from placeto_jax.graphs.io import load_graph
 
@@ -152,15 +152,10 @@ def test_plot_writes_a_png(capsys, tmp_path):
 
 def test_plot_large_graph_draws_nodes_only(capsys, tmp_path, monkeypatch):
     drawn = []
-    monkeypatch.setattr(cli, "PLOT_EDGES_MAX_OPS", 20)
-    monkeypatch.setattr(cli, "LineCollection", lambda *a, **k: drawn.append(a))
+    monkeypatch.setattr(plotting, "PLOT_EDGES_MAX_OPS", 20)
+    monkeypatch.setattr(plotting, "LineCollection", lambda *a, **k: drawn.append(a))
     _ok(capsys, "graphs", "plot", "layered:30", "-o", str(tmp_path / "g.png"))
     assert drawn == [] and (tmp_path / "g.png").read_bytes().startswith(PNG)
-
-
-def test_layer_positions_of_the_diamond():
-    xy = cli.layer_positions(generators.diamond())
-    assert xy.tolist() == [[0.0, 0.0], [1.0, -0.5], [1.0, 0.5], [2.0, 0.0]]
 
 
 def test_unknown_zoo_model_suggests_close_names(capsys):

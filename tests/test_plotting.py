@@ -1,4 +1,5 @@
-"""Gantt chart: lanes hand-derived from the spec's worked example; PNG written atomically."""
+"""Gantt chart: lanes hand-derived from the spec's worked example; PNG written atomically.
+Layer positions, learning curves and CDFs: the data drawn, by hand."""
 
 from __future__ import annotations
 
@@ -6,10 +7,17 @@ import os
 
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
 
 import placeto_jax as pj
 from placeto_jax.graphs.generators import diamond
-from placeto_jax.plotting import gantt, schedule_lanes
+from placeto_jax.plotting import (
+    draw_learning_curves,
+    draw_relative_cdf,
+    gantt,
+    layer_positions,
+    schedule_lanes,
+)
 from placeto_jax.sim.result import SimResult
 
 PLACEMENT = np.array([0, 1, 2, 0])
@@ -86,3 +94,40 @@ def test_failed_write_leaves_no_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         gantt(*_case(True), tmp_path / "missing" / "chart.png")
     assert os.listdir(tmp_path) == []
+
+
+def test_layer_positions_of_the_diamond():
+    xy = layer_positions(diamond())
+    assert xy.tolist() == [[0.0, 0.0], [1.0, -0.5], [1.0, 0.5], [2.0, 0.0]]
+
+
+def test_learning_curves_step_in_ms_from_one_evaluation():
+    figure = Figure()
+    curves = {
+        "rnn": (np.array([0, 10]), np.array([3000.0, 2000.0])),
+        "placeto": (np.array([5]), np.array([1500.0])),
+    }
+    draw_learning_curves(figure, curves, "g, 2 devices")
+    (axes,) = figure.axes
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    assert lines["rnn"].get_xdata().tolist() == [1, 10]  # 0 evaluations drawn at 1 (log axis)
+    assert lines["rnn"].get_ydata().tolist() == [3.0, 2.0]
+    assert lines["rnn"].get_drawstyle() == "steps-post"
+    assert lines["placeto"].get_ydata().tolist() == [1.5]
+    assert (axes.get_xscale(), axes.get_title()) == ("log", "g, 2 devices")
+
+
+def test_relative_cdf_one_panel_per_family():
+    figure = Figure()
+    rows = [
+        {"family": "ptb", "graph": "a", "placeto": 1.2, "heft": 1.0},
+        {"family": "ptb", "graph": "b", "placeto": 0.8, "heft": 1.5},
+    ]
+    draw_relative_cdf(figure, rows, ["ptb", "nmt"], ["placeto", "heft"])
+    ptb, nmt = figure.axes
+    lines = {line.get_label(): line for line in ptb.get_lines()}
+    assert lines["placeto"].get_xdata().tolist() == [0.8, 0.8, 1.2]
+    assert lines["placeto"].get_ydata().tolist() == [0.0, 0.5, 1.0]
+    assert lines["heft"].get_xdata().tolist() == [1.0, 1.0, 1.5]
+    assert len(nmt.get_lines()) == 1  # no rows: only the line at 1.0
+    assert (ptb.get_title(), nmt.get_title()) == ("ptb", "nmt")

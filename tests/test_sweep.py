@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from placeto_jax import Graph
+from placeto_jax.cli.sweep import add_sweep_command
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
 from placeto_jax.env.bank import build_bank
@@ -103,7 +104,7 @@ def test_bad_seeds_fail_before_any_work(tmp_path):
 
 def test_the_command_parses_into_run_sweep_arguments(monkeypatch, tmp_path, capsys):
     parser = argparse.ArgumentParser()
-    sweep.add_sweep_command(parser.add_subparsers())
+    add_sweep_command(parser.add_subparsers())
     args = parser.parse_args(
         ["sweep", "--graphs", "g", "--devices", "2", "--set", "lr=1,2", "--seeds", "3", "--quick"]
     )

@@ -1,17 +1,22 @@
-"""Gantt chart of a simulated schedule: one lane per device (ops) and per bus (transfers).
+"""Every matplotlib drawing of the project: the Gantt chart of a simulated schedule (one lane
+per device and per bus), a graph drawn layer by layer, and the experiments' learning curves and
+CDFs.
 
-Drawn with matplotlib's Agg canvas (no screen needed), one `broken_barh` collection per lane, so
-graphs of thousands of ops render in about a second.
+Drawn with matplotlib's Agg canvas (no screen needed); a Gantt chart is one `broken_barh`
+collection per lane, so graphs of thousands of ops render in about a second.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.files import atomic_write
@@ -21,6 +26,7 @@ from placeto_jax.sim.result import SimResult
 _COLOURS = np.asarray(
     ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"]
 )
+PLOT_EDGES_MAX_OPS = 2000  # larger graphs are drawn without edges
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,3 +125,86 @@ def _check(graph: Graph, cluster: Cluster, placement: np.ndarray, result: SimRes
     if result.transfer_start.shape != (n, d) or np.any((placement < 0) | (placement >= d)):
         raise ValueError(f"placement and result must be for a cluster of {d} devices")
     return placement
+
+
+def layer_positions(graph: Graph) -> np.ndarray:
+    """[N, 2] float64: x = topological depth, y = rank within the depth (by op index), centred."""
+    depth = graph.depth
+    order = np.lexsort((np.arange(graph.n_ops), depth))
+    counts = np.bincount(depth)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.empty(graph.n_ops, dtype=np.float64)
+    rank[order] = np.arange(graph.n_ops) - starts[depth[order]]
+    return np.stack([depth, rank - (counts[depth] - 1) / 2], axis=1).astype(np.float64)
+
+
+def plot_layers(graph: Graph, path: str | os.PathLike, title: str) -> None:
+    """Draw `graph` layer by layer (marker area ~ op cost; edges up to PLOT_EDGES_MAX_OPS ops)
+    and write it atomically to `path` as PNG."""
+    xy = layer_positions(graph)
+    fig = Figure(figsize=(12.0, 8.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    if graph.n_ops <= PLOT_EDGES_MAX_OPS:
+        lines = LineCollection(xy[graph.edges], colors="0.6", linewidths=0.5, zorder=1)
+        ax.add_collection(lines)
+    peak = graph.cost.max()
+    sizes = 4.0 + 200.0 * (graph.cost / peak if peak > 0 else graph.cost)
+    ax.scatter(xy[:, 0], xy[:, 1], s=sizes, c="#4e79a7", edgecolors="none", zorder=2)
+    ax.set_xlabel("topological depth")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_yticks([])
+    ax.set_title(f"{title}: {graph.n_ops} ops, {graph.n_edges} edges (marker area ~ cost)")
+    with atomic_write(path) as file:
+        fig.savefig(file, format="png", dpi=100)
+
+
+def draw_learning_curves(
+    figure: Figure, curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str
+) -> None:
+    """One step line per method: best makespan so far (µs, drawn in ms) against simulator
+    evaluations (log scale); `curves` maps a method to its (evaluations [K], makespan [K])."""
+    axes = figure.add_subplot()
+    for name, (evaluations, makespan) in curves.items():
+        axes.step(np.maximum(evaluations, 1), makespan / 1e3, where="post", label=name)
+    axes.set_xscale("log")
+    axes.set_xlabel("simulator evaluations")
+    axes.set_ylabel("best makespan so far (ms)")
+    axes.set_title(title)
+    axes.legend()
+
+
+def draw_relative_cdf(
+    figure: Figure,
+    relative: Sequence[Mapping[str, float | str]],
+    families: Sequence[str],
+    methods: Sequence[str],
+) -> None:
+    """One panel per family: the CDF over its rows of each method's makespan relative to the
+    best baseline (`relative` rows hold "family" and one value per method)."""
+    for k, family in enumerate(families, 1):
+        axes = figure.add_subplot(1, len(families), k)
+        mine = [r for r in relative if r["family"] == family]
+        for method in methods if mine else []:
+            values = np.sort([r[method] for r in mine])
+            fraction = np.arange(len(values) + 1) / len(values)
+            axes.step(np.r_[values[0], values], fraction, where="post", label=method)
+        axes.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
+        axes.set_title(family)
+        axes.set_xlabel("makespan / best baseline")
+        if k == 1:
+            axes.set_ylabel("fraction of test graphs")
+    figure.axes[0].legend(fontsize="small")
+
+
+def draw_sweep_curves(figure: Figure, labels: Sequence[str], curves: Sequence[np.ndarray]) -> None:
+    """A sweep's learning curves: the mean over seeds of each point's sampled final runtime
+    (relative to the initial placement) per update, curves [S, U] each, one line per point."""
+    ax = figure.add_subplot()
+    for label, curve in zip(labels, curves, strict=True):
+        x = np.arange(1, curve.shape[1] + 1)
+        ax.plot(x, curve.mean(axis=0), label=label)
+    ax.set_xlabel("update")
+    ax.set_ylabel("sampled final runtime / initial")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)

@@ -9,7 +9,6 @@ import dataclasses
 from pathlib import Path
 
 import jax
-import numpy as np
 from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
@@ -19,6 +18,7 @@ from placeto_jax.graphs import families
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import load
 from placeto_jax.placers import run_method
+from placeto_jax.plotting import draw_relative_cdf
 from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.rl.loop import train_and_evaluate
@@ -191,26 +191,13 @@ def _write(recorder: Recorder, settings: Settings, rows: list[dict]) -> None:
     recorder.figure(
         "cdf",
         "CDF of makespan relative to the best baseline",
-        lambda fig: _draw_cdf(fig, relative, settings),
+        lambda fig: draw_relative_cdf(fig, relative, settings.families, _shown(settings)),
     )
 
 
-def _draw_cdf(figure, relative: list[dict], settings: Settings) -> None:
-    families = settings.families
-    for k, family in enumerate(families, 1):
-        axes = figure.add_subplot(1, len(families), k)
-        mine = [r for r in relative if r["family"] == family]
-        shown = [*PLACETO, *(m for m in ("metis", "heft", "single") if m in settings.baselines)]
-        for method in shown if mine else []:
-            values = np.sort([r[method] for r in mine])
-            fraction = np.arange(len(values) + 1) / len(values)
-            axes.step(np.r_[values[0], values], fraction, where="post", label=method)
-        axes.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
-        axes.set_title(family)
-        axes.set_xlabel("makespan / best baseline")
-        if k == 1:
-            axes.set_ylabel("fraction of test graphs")
-    figure.axes[0].legend(fontsize="small")
+def _shown(settings: Settings) -> list[str]:
+    """The methods the CDF draws: Placeto's and the baselines metis, heft, single if run."""
+    return [*PLACETO, *(m for m in ("metis", "heft", "single") if m in settings.baselines)]
 
 
 NOTES = """

@@ -14,7 +14,6 @@ the sampled episodes' final runtime over the last updates.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import typing
@@ -28,8 +27,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import PRESETS, Config, apply, make_config, to_dict
+from placeto_jax.config import Config, apply, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph, build_bank
+from placeto_jax.plotting import draw_sweep_curves
 from placeto_jax.reproduce.output import Recorder
 from placeto_jax.rl.evaluate import Placement, rank_visited
 from placeto_jax.rl.loop import cluster_of, load_graphs
@@ -273,22 +273,6 @@ def summary_rows(points: Sequence[Point], runs: Sequence[Runs]) -> list[dict[str
     return [{"rank": i + 1, **r} for i, r in enumerate(rows)]
 
 
-def draw_curves(labels: Sequence[str], curves: Sequence[np.ndarray]):
-    """`draw(figure)`: mean over seeds of train/final_runtime per update, one line each."""
-
-    def draw(figure) -> None:
-        ax = figure.add_subplot()
-        for label, curve in zip(labels, curves, strict=True):
-            x = np.arange(1, curve.shape[1] + 1)
-            ax.plot(x, curve.mean(axis=0), label=label)
-        ax.set_xlabel("update")
-        ax.set_ylabel("sampled final runtime / initial")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-
-    return draw
-
-
 def base_config(preset: str | None, devices: int, quick: bool) -> Config:
     """The sweep's base: the preset (tiny when quick and none is given), with the quick sizes."""
     if devices < 1:
@@ -333,7 +317,9 @@ def run_sweep(
     recorder.figure(
         "curves",
         "Learning curves (mean over seeds)",
-        draw_curves([p.label or "(base config)" for p in points], [r.curves for r in runs]),
+        lambda fig: draw_sweep_curves(
+            fig, [p.label or "(base config)" for p in points], [r.curves for r in runs]
+        ),
     )
     return recorder.finish(
         {
@@ -354,49 +340,3 @@ _NOTES = """\
 Points that differ only in `lr`/`entropy` ran vmapped with their seeds in one compiled program;
 `lr` scales the whole learning-rate schedule (final rate = lr x the base's final / initial).
 Seed s trains from `jax.random.key(s)`, as `placeto-jax train --seed s` does."""
-
-
-# ---------------------------------------------------------------------- command line
-def add_sweep_command(commands) -> None:
-    """Add `sweep` to the `placeto-jax` subcommands."""
-    sweep = commands.add_parser(
-        "sweep",
-        help="train over a grid of hyperparameters and seeds",
-        description="Train Placeto for every combination of the --set values and every seed, "
-        "and write a table (best first) and learning curves to OUT/NAME/. Points differing "
-        "only in lr/entropy run vmapped in one compiled program.",
-    )
-    sweep.add_argument("--graphs", required=True, metavar="NAME[,NAME...]", help="graphs")
-    sweep.add_argument("--devices", type=int, required=True, metavar="D", help="device count")
-    sweep.add_argument("--preset", choices=sorted(PRESETS), default=None, help="config preset")
-    sweep.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2",
-        help="values of one setting: lr, entropy or SECTION.FIELD (repeatable)",
-    )
-    sweep.add_argument("--seeds", type=int, default=1, help="seeds 0..S-1 (default: %(default)s)")
-    sweep.add_argument(
-        "--quick", action="store_true", help=f"CPU sizes: tiny preset and {' '.join(QUICK)}"
-    )
-    sweep.add_argument("--out", default="results", metavar="DIR", help="(default: %(default)s)")
-    sweep.add_argument("--name", default=None, help="experiment name (default: sweep)")
-    sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sweep.set_defaults(command=_sweep)
-
-
-def _sweep(args: argparse.Namespace) -> int:
-    readme = run_sweep(
-        args.graphs,
-        args.devices,
-        parse_grid(args.set),
-        args.seeds,
-        args.preset,
-        args.out,
-        args.name,
-        progress=not args.no_progress,
-        quick=args.quick,
-    )
-    print(readme.read_text())
-    return 0

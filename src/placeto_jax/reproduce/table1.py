@@ -20,6 +20,7 @@ from placeto_jax.env.bank import prepare
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import PlacerResult, run_method
+from placeto_jax.plotting import draw_learning_curves
 from placeto_jax.reproduce import learned
 from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import Curve, PlacetoBench
@@ -199,22 +200,19 @@ def _write(recorder, quality, cost, wall, memory, curves) -> None:
         recorder.figure(
             f"curve_{spec.replace(':', '_')}_d{n_devices}",
             f"Learning curves: {spec}, {n_devices} devices",
-            lambda fig, s=spec, d=n_devices: _draw_curves(fig, s, d, curves),
+            lambda fig, s=spec, d=n_devices: draw_learning_curves(
+                fig, _curves_of(curves, s, d), f"{s}, {d} devices"
+            ),
         )
 
 
-def _draw_curves(figure, spec: str, n_devices: int, curves) -> None:
-    axes = figure.add_subplot()
-    for (s, d, name), curve in curves.items():
-        if (s, d) == (spec, n_devices):
-            axes.step(
-                np.maximum(curve.evaluations, 1), curve.makespan / MS, where="post", label=name
-            )
-    axes.set_xscale("log")
-    axes.set_xlabel("simulator evaluations")
-    axes.set_ylabel("best makespan so far (ms)")
-    axes.set_title(f"{spec}, {n_devices} devices")
-    axes.legend()
+def _curves_of(curves, spec: str, n_devices: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{method: (evaluations, makespan)} of the learning curves on one (graph, devices)."""
+    return {
+        name: (curve.evaluations, curve.makespan)
+        for (s, d, name), curve in curves.items()
+        if (s, d) == (spec, n_devices)
+    }
 
 
 def _header_config(settings: Settings) -> dict:

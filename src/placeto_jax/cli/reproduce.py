@@ -18,6 +18,7 @@ DESCRIPTIONS = """experiments:
 
 
 def add_reproduce_command(commands) -> None:
+    """Add `reproduce` to the `placeto-jax` subcommands."""
     parser = commands.add_parser(
         "reproduce",
         help="regenerate the paper's tables and figures",

@@ -1,35 +1,47 @@
 """The learning commands of `placeto-jax`: `train` a Placeto policy, `place` a graph with a
-trained policy (zero-shot), `eval` a policy over graphs. Registered by `cli._parser`.
+trained policy (zero-shot) or a baseline method, `eval` a policy over graphs.
 
 The policy runs in float32; the placements it returns are then simulated exactly (float64) on the
-op graph for every number printed.
+op graph for every number printed. `place` and `eval` place on the checkpoint's cluster preset,
+or on `--cluster NAME` with the checkpoint's device count (the policy places for that count).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
 
+from placeto_jax.cli.format import (
+    devices_line,
+    eval_table,
+    method_json,
+    method_table,
+    policy_json,
+    policy_table,
+    train_text,
+)
+from placeto_jax.cli.options import DEFAULT_CLUSTER, add_cluster_option, add_seed_option
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import PRESETS, Config, make_config
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.files import atomic_write
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import METHODS, run_method
-from placeto_jax.report import format_table
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.evaluate import Placement, place_graphs
 from placeto_jax.rl.loop import cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.rl.train import make_train
 
-MS = 1e3  # µs
+CHECKPOINT_CLUSTER = "the checkpoint's"
 
 
 def add_agent_commands(commands) -> None:
@@ -54,16 +66,11 @@ def add_agent_commands(commands) -> None:
         default=None,
         help="config preset: tiny (CPU-sized) or paper",
     )
-    train.add_argument(
-        "--cluster",
-        default="placeto-k80",
-        metavar="NAME",
-        help="cluster preset (default: %(default)s)",
-    )
+    add_cluster_option(train)
     train.add_argument(
         "--workdir", metavar="DIR", help="run directory (default: runs/<graphs>-d<D>-s<SEED>)"
     )
-    train.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    add_seed_option(train)
     train.add_argument(
         "--set",
         action="append",
@@ -99,16 +106,13 @@ def add_agent_commands(commands) -> None:
         metavar="D",
         help="device count (with --checkpoint: must match the checkpoint's)",
     )
-    place.add_argument(
-        "--cluster",
-        default="placeto-k80",
-        metavar="NAME",
-        help="cluster preset for --method (default: %(default)s)",
+    add_cluster_option(
+        place, None, f"{CHECKPOINT_CLUSTER} with --checkpoint, {DEFAULT_CLUSTER} with --method"
     )
     place.add_argument(
         "--budget", type=int, metavar="N", help="simulator evaluations for the search methods"
     )
-    place.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    add_seed_option(place)
     place.add_argument("-o", "--output", metavar="FILE", help="write the placement (JSON)")
     place.add_argument("--json", action="store_true", help="print one JSON object")
     place.set_defaults(command=_place)
@@ -120,6 +124,7 @@ def add_agent_commands(commands) -> None:
     )
     evaluate.add_argument("--checkpoint", required=True, metavar="DIR", help="run directory")
     evaluate.add_argument("--graphs", required=True, metavar="NAME[,NAME...]", help="graphs")
+    add_cluster_option(evaluate, None, CHECKPOINT_CLUSTER)
     evaluate.add_argument("--json", action="store_true", help="print a JSON list")
     evaluate.set_defaults(command=_eval)
 
@@ -139,26 +144,7 @@ def _train(args: argparse.Namespace) -> int:
         jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
     mesh = episode_mesh() if jax.device_count() > 1 else None
     result = train_and_evaluate(config, graphs, workdir, progress=not args.no_progress, mesh=mesh)
-    evaluation = result.evaluation
-    rows = [("graph", "nodes", "initial", "placeto", "improvement")]
-    for i, pg in enumerate(graphs):
-        initial, best = evaluation["initial_runtime"][i], evaluation["best_runtime"][i]
-        rows.append(
-            (
-                pg.name,
-                str(pg.graph.n_ops),
-                f"{initial:.4g}",
-                f"{best:.4g}",
-                f"{initial / best:.2f}x",
-            )
-        )
-    unit = "relative to the initial placement" if config.env.normalize == "initial" else "s"
-    print(f"greedy evaluation after {config.train.iterations} updates (runtime, {unit}):")
-    print(format_table(rows))
-    print(
-        f"\nrun directory: {workdir}  (place a graph: placeto-jax place GRAPH "
-        f"--checkpoint {workdir})"
-    )
+    print(train_text(config, graphs, result.evaluation, workdir))
     return 0
 
 
@@ -168,46 +154,58 @@ def _default_workdir(graphs: str, devices: int, seed: int) -> str:
 
 
 # ---------------------------------------------------------------------- place / eval
-def load_policy(checkpoint: str, graphs: list[PlacementGraph], devices: int | None):
-    """(config, params) of the policy in `checkpoint`, checked against `devices`."""
+def run_config(checkpoint: str, devices: int | None, cluster: str | None) -> Config:
+    """The config of the run in `checkpoint`, placing on cluster preset `cluster` (None: the
+    run's own) with the run's device count; ValueError if `devices` is given and differs from
+    it, or `cluster` is unknown."""
     config, _ = load_run(checkpoint)
     if devices is not None and devices != config.n_devices:
         raise ValueError(
             f"the policy in {checkpoint} places on {config.n_devices} devices, not {devices}; "
             f"train one for {devices} devices"
         )
+    if cluster is None:
+        return config
+    Cluster.preset(cluster, config.n_devices)  # an unknown name fails here
+    return dataclasses.replace(config, cluster_preset=cluster)
+
+
+def load_policy(checkpoint: str, config: Config, graphs: list[PlacementGraph]) -> Any:
+    """The policy parameters in `checkpoint`, trained with `config`."""
     run = make_train(config, build_bank(graphs[:1], config.run.buckets), cluster_of(config))
     template = jax.eval_shape(run.init, jax.random.key(0), run.env_params).params
     checkpointer = Checkpointer(checkpoint, create=False)
     try:
-        params = checkpointer.restore_params(template)
+        return checkpointer.restore_params(template)
     finally:
         checkpointer.close()
-    return config, params
 
 
-def _placements(checkpoint: str, spec: str, devices: int | None) -> tuple[Config, list]:
-    config, _ = load_run(checkpoint)
+def _placements(
+    checkpoint: str, spec: str, devices: int | None, cluster: str | None
+) -> tuple[Cluster, list[Placement]]:
+    """(the cluster placed on, the policy's placement of every graph of `spec`)."""
+    config = run_config(checkpoint, devices, cluster)
     graphs = load_graphs(spec, config)
-    config, params = load_policy(checkpoint, graphs, devices)
-    results = place_graphs(config, params, graphs, cluster_of(config))
-    return config, results
+    params = load_policy(checkpoint, config, graphs)
+    on = cluster_of(config)
+    return on, place_graphs(config, params, graphs, on)
 
 
 def _place(args: argparse.Namespace) -> int:
     if args.method:
         return _place_method(args)
-    config, (result,) = _placements(args.checkpoint, args.graph, args.devices)
+    cluster, (result,) = _placements(args.checkpoint, args.graph, args.devices, args.cluster)
     _write_placement(args.output, result.placement)
     if args.json:
-        print(json.dumps({"method": "placeto", **_placement_json(result)}))
+        print(json.dumps(policy_json(result, cluster)))
         return 0
     print(
         f"graph    {result.graph}: placed as {result.n_nodes} nodes by the policy in "
         f"{args.checkpoint}"
     )
-    print(f"devices  {config.n_devices} x {config.cluster_preset}\n")
-    print(format_table(_placement_rows([result], with_graph=False)))
+    print(devices_line(cluster) + "\n")
+    print(policy_table(result))
     _after_placing(result.fits_memory, args.output)
     return 0
 
@@ -216,40 +214,15 @@ def _place_method(args: argparse.Namespace) -> int:
     if args.devices is None:
         raise ValueError("--method needs --devices")
     graph = resolve_graph(args.graph)
-    cluster = Cluster.preset(args.cluster, args.devices)
+    cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
     result = run_method(args.method, graph, cluster, jax.random.key(args.seed), args.budget)
     _write_placement(args.output, result.placement)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "graph": args.graph,
-                    "method": result.method,
-                    "makespan": result.makespan,
-                    "peak_memory": np.asarray(result.peak_memory).tolist(),
-                    "fits_memory": result.fits_memory,
-                    "evaluations": result.evaluations,
-                    "wall_s": result.wall_s,
-                    "placement": result.placement.tolist(),
-                }
-            )
-        )
+        print(json.dumps(method_json(args.graph, result, cluster)))
         return 0
     print(f"graph    {args.graph}: {graph.n_ops} ops; method {result.method}")
-    print(f"devices  {args.devices} x {args.cluster}\n")
-    print(
-        format_table(
-            [
-                ("makespan ms", "peak memory GB", "evaluations", "wall s"),
-                (
-                    f"{result.makespan / MS:.3f}",
-                    f"{np.max(result.peak_memory) / 1e9:.3f}",
-                    str(result.evaluations),
-                    f"{result.wall_s:.2f}",
-                ),
-            ]
-        )
-    )
+    print(devices_line(cluster) + "\n")
+    print(method_table(result))
     _after_placing(result.fits_memory, args.output)
     return 0
 
@@ -268,51 +241,9 @@ def _after_placing(fits: bool, output: str | None) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    _, results = _placements(args.checkpoint, args.graphs, None)
+    cluster, results = _placements(args.checkpoint, args.graphs, None, args.cluster)
     if args.json:
-        print(json.dumps([_placement_json(r) for r in results]))
+        print(json.dumps([policy_json(r, cluster) for r in results]))
     else:
-        print(format_table(_placement_rows(results, with_graph=True)))
+        print(eval_table(results))
     return 0
-
-
-def _placement_json(r: Placement) -> dict:
-    return {
-        "graph": r.graph,
-        "makespan": r.makespan,
-        "single_device_makespan": r.single_device_makespan,
-        "initial_makespan": r.initial_makespan,
-        "peak_memory": np.asarray(r.peak_memory).tolist(),
-        "fits_memory": r.fits_memory,
-        "nodes": r.n_nodes,
-        "evaluations": r.evaluations,
-        "placement": r.placement.tolist(),
-    }
-
-
-def _placement_rows(results: list[Placement], with_graph: bool) -> list[tuple[str, ...]]:
-    if not with_graph:
-        r = results[0]
-        return [
-            ("placement", "makespan ms", "speedup vs single"),
-            ("single device", f"{r.single_device_makespan / MS:.3f}", "1.00x"),
-            (
-                "initial (random)",
-                f"{r.initial_makespan / MS:.3f}",
-                f"{r.single_device_makespan / r.initial_makespan:.2f}x",
-            ),
-            ("placeto", f"{r.makespan / MS:.3f}", f"{r.single_device_makespan / r.makespan:.2f}x"),
-        ]
-    rows = [("graph", "nodes", "single ms", "initial ms", "placeto ms", "speedup")]
-    for r in results:
-        rows.append(
-            (
-                r.graph,
-                str(r.n_nodes),
-                f"{r.single_device_makespan / MS:.3f}",
-                f"{r.initial_makespan / MS:.3f}",
-                f"{r.makespan / MS:.3f}",
-                f"{r.single_device_makespan / r.makespan:.2f}x",
-            )
-        )
-    return rows

@@ -1,0 +1,79 @@
+"""The `placeto-jax` command line: `simulate` one placement, `demo` the baseline placers,
+`graphs list|show|export|plot` to inspect the built-in graphs, `train`, `place`, `eval` for the
+learned policy, `reproduce` the paper's experiments and `sweep` a grid of settings.
+
+Every parser and every text or JSON formatter lives in this package (`format.py` formats);
+the work is done by the library, drawing by `placeto_jax.plotting`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import sys
+from collections.abc import Sequence
+
+from placeto_jax.cli.agent import add_agent_commands
+from placeto_jax.cli.graphs import add_graphs_command
+from placeto_jax.cli.options import PROG
+from placeto_jax.cli.reproduce import add_reproduce_command
+from placeto_jax.cli.simulate import add_simulate_commands
+from placeto_jax.cli.sweep import add_sweep_command
+
+CLOSED_PIPE = 141  # 128 + SIGPIPE, as Unix tools exit when their reader goes away
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    Errors in the input (graph spec or file, placement, preset, device count) print one line,
+    `placeto-jax: error: ...`, to stderr and return 2; I/O failures return 1. When the reader
+    of stdout goes away (`placeto-jax graphs list | head -1`), the rest of the output is dropped
+    without a traceback and the status is 141 (128 + SIGPIPE, like Unix tools). Output files
+    are written atomically. The simulator runs in float64 (`simulate`'s default), so the
+    numbers are exact; no command sets JAX's global `jax_enable_x64` flag.
+    """
+    args = parser().parse_args(argv)
+    try:
+        status = args.command(args)
+        sys.stdout.flush()  # a closed pipe shows here when the output fitted the buffer
+    except BrokenPipeError:
+        return _drop_output()
+    except ValueError as err:
+        return _fail(err, 2)
+    except OSError as err:
+        return _fail(err, 1)
+    return status
+
+
+def parser() -> argparse.ArgumentParser:
+    """The parser of every command."""
+    top = argparse.ArgumentParser(
+        prog=PROG,
+        description="Learned device placement (Placeto) with a vectorised JAX simulator.",
+    )
+    version = importlib.metadata.version("placeto-jax")
+    top.add_argument("--version", action="version", version=f"{PROG} {version}")
+    commands = top.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    add_simulate_commands(commands)
+    add_graphs_command(commands)
+    add_agent_commands(commands)
+    add_reproduce_command(commands)
+    add_sweep_command(commands)
+    return top
+
+
+def _fail(err: Exception, status: int) -> int:
+    message = " ".join(str(err).split())
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+def _drop_output() -> int:
+    """Point stdout at os.devnull, so that Python's flush at exit does not fail again (as the
+    `signal` module's docs advise), and return CLOSED_PIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return CLOSED_PIPE

@@ -1,0 +1,340 @@
+"""The text and JSON output of the `placeto-jax` commands.
+
+JSON keys name their unit: `_us` and `_ms` for times, `_s` for wall seconds, `_bytes` for sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import Config
+from placeto_jax.env.bank import PlacementGraph
+from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.stats import GraphStats, graph_stats
+from placeto_jax.placers import PlacerResult
+from placeto_jax.report import PlacementReport, format_table
+from placeto_jax.rl.evaluate import Placement
+
+TOP_OPS = 10
+GB = 1e9
+MB = 1e6
+MS = 1e3  # µs
+
+
+def cluster_json(cluster: Cluster) -> dict:
+    return {"n_devices": cluster.n_devices, "cluster": cluster.name}
+
+
+def devices_line(cluster: Cluster) -> str:
+    return f"devices  {cluster.n_devices} x {cluster.name}"
+
+
+# ---------------------------------------------------------------------- simulate
+def report_json(
+    spec: str,
+    graph: Graph,
+    cluster: Cluster,
+    source: str,
+    placement: np.ndarray,
+    report: PlacementReport,
+) -> dict:
+    return {
+        "graph": spec,
+        "n_ops": graph.n_ops,
+        "n_edges": graph.n_edges,
+        **cluster_json(cluster),
+        "broadcast": cluster.broadcast,
+        "placement_source": source,
+        "makespan_us": report.makespan_us,
+        "op_count": report.op_count.tolist(),
+        "busy_us": report.busy_us.tolist(),
+        "utilisation": report.utilisation.tolist(),
+        "peak_memory_bytes": report.peak_memory_bytes.tolist(),
+        "memory_capacity_bytes": report.memory_capacity_bytes.tolist(),
+        "fits_memory": report.fits_memory,
+        "transfers": {
+            "count": report.transfer_count.tolist(),
+            "bytes": report.transfer_bytes.tolist(),
+        },
+        "placement": placement.tolist(),
+    }
+
+
+def report_text(
+    spec: str, graph: Graph, cluster: Cluster, source: str, report: PlacementReport
+) -> str:
+    mode = "broadcast" if cluster.broadcast else "no broadcast"
+    rows = [
+        ("device", "ops", "busy ms", "util", "peak GB", "capacity GB", "transfers", "sent MB"),
+        *(
+            (
+                str(d),
+                str(report.op_count[d]),
+                f"{report.busy_us[d] / MS:.3f}",
+                f"{report.utilisation[d]:.1%}",
+                f"{report.peak_memory_bytes[d] / GB:.4g}",
+                f"{report.memory_capacity_bytes[d] / GB:.4g}",
+                str(report.transfer_count[d]),
+                f"{report.transfer_bytes[d] / MB:.4g}",
+            )
+            for d in range(cluster.n_devices)
+        ),
+    ]
+    over = np.flatnonzero(report.peak_memory_bytes > report.memory_capacity_bytes)
+    memory = (
+        f"EXCEEDS capacity on device(s) {', '.join(map(str, over))}"
+        if over.size
+        else "fits on every device"
+    )
+    return "\n".join(
+        [
+            f"graph      {spec}: {graph.n_ops} ops, {graph.n_edges} edges",
+            f"cluster    {cluster.name}, {cluster.n_devices} devices, {mode}",
+            f"placement  {source}",
+            f"makespan   {report.makespan_us / MS:.3f} ms",
+            f"memory     {memory}",
+            "",
+            format_table(rows),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------- demo
+@dataclasses.dataclass(frozen=True)
+class DemoRow:
+    method: str
+    makespan_us: float
+    peak_memory_bytes: float  # largest over devices
+
+
+def demo_text(spec: str, graph: Graph, cluster: Cluster, rows: Sequence[DemoRow]) -> str:
+    single = next(r.makespan_us for r in rows if r.method == "single")
+    table = [
+        ("method", "makespan ms", "speedup", "peak memory GB"),
+        *(
+            (
+                r.method,
+                f"{r.makespan_us / MS:.3f}",
+                f"{single / r.makespan_us:.2f}x" if r.makespan_us > 0 else "-",
+                f"{r.peak_memory_bytes / GB:.3f}",
+            )
+            for r in rows
+        ),
+    ]
+    capacity = cluster.memory_array.min() / GB
+    return "\n".join(
+        [
+            f"graph    {spec}: {graph.n_ops} ops, {graph.n_edges} edges, "
+            f"{graph.cost.sum() / MS:.1f} ms of compute",
+            f"cluster  {cluster.name}, {cluster.n_devices} devices, {capacity:.4g} GB each",
+            "",
+            format_table(table),
+        ]
+    )
+
+
+def batch_text(size: int, seconds: float, first_seconds: float, backend: str) -> str:
+    """The demo's batch line: `size` placements simulated in `seconds` (`first_seconds` with
+    compilation)."""
+    return (
+        f"batch: {size} placements in one simulate call, {seconds:.3f} s "
+        f"({size / seconds:,.0f} placements/s on {backend}; "
+        f"first call with compilation {first_seconds:.2f} s)"
+    )
+
+
+# ---------------------------------------------------------------------- graphs
+LIST_HEADER = (
+    "name",
+    "ops",
+    "groups",
+    "group edges",
+    "total ms",
+    "critical path ms",
+    "parallelism",
+)
+
+
+def stats_json(name: str, stats: GraphStats) -> dict:
+    return {
+        "name": name,
+        "ops": stats.n_ops,
+        "edges": stats.n_edges,
+        "total_ms": stats.total_us / MS,
+        "critical_path_ms": stats.critical_path_us / MS,
+        "parallelism": stats.parallelism,
+    }
+
+
+def list_text(rows: Sequence[dict]) -> str:
+    """The `graphs list` table of rows of `stats_json` with "groups" (the graph's ops) and
+    "ops" (ops before grouping)."""
+    return format_table([LIST_HEADER, *(_list_row(row) for row in rows)])
+
+
+def _list_row(row: dict) -> tuple[str, ...]:
+    counts = (str(row[key]) for key in ("ops", "groups", "edges"))
+    times = (f"{row[key]:.3f}" for key in ("total_ms", "critical_path_ms"))
+    return (row["name"], *counts, *times, f"{row['parallelism']:.2f}")
+
+
+def show_json(spec: str, graph: Graph) -> dict:
+    total = float(graph.cost.sum())
+    top = np.argsort(-graph.cost, kind="stable")[:TOP_OPS]
+    return {
+        **stats_json(spec, graph_stats(graph)),
+        "param_bytes": float(graph.param_bytes.sum()),
+        "in_degree": _degree_json(graph.in_degree),
+        "out_degree": _degree_json(graph.out_degree),
+        "top_ops": [
+            {
+                "name": graph.names[v],
+                "cost_ms": float(graph.cost[v]) / MS,
+                "share": float(graph.cost[v]) / total if total > 0 else 0.0,
+            }
+            for v in top
+        ],
+    }
+
+
+def _degree_json(degree: np.ndarray) -> dict:
+    """Mean, max and the count of ops with degree 0 (roots for in-degree, sinks for out)."""
+    return {
+        "mean": float(degree.mean()),
+        "max": int(degree.max()),
+        "zero": int((degree == 0).sum()),
+    }
+
+
+def show_text(doc: dict) -> str:
+    top = [
+        ("op", "cost ms", "share"),
+        *((op["name"], f"{op['cost_ms']:.3f}", f"{op['share']:.1%}") for op in doc["top_ops"]),
+    ]
+    degrees = [
+        f"{kind:<11}mean {d['mean']:.2f}, max {d['max']}, {d['zero']} ops with none"
+        for kind, d in (("in-degree", doc["in_degree"]), ("out-degree", doc["out_degree"]))
+    ]
+    return "\n".join(
+        [
+            f"graph      {doc['name']}: {doc['ops']} ops, {doc['edges']} edges",
+            f"compute    {doc['total_ms']:.3f} ms total, critical path "
+            f"{doc['critical_path_ms']:.3f} ms, parallelism {doc['parallelism']:.2f}",
+            f"params     {doc['param_bytes'] / GB:.4g} GB",
+            *degrees,
+            "",
+            format_table(top),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------- train / place / eval
+def train_text(
+    config: Config, graphs: Sequence[PlacementGraph], evaluation: dict, workdir: str
+) -> str:
+    """The greedy evaluation after training, one row per graph, and where the run is."""
+    rows = [("graph", "nodes", "initial", "placeto", "improvement")]
+    for i, pg in enumerate(graphs):
+        initial, best = evaluation["initial_runtime"][i], evaluation["best_runtime"][i]
+        rows.append(
+            (
+                pg.name,
+                str(pg.graph.n_ops),
+                f"{initial:.4g}",
+                f"{best:.4g}",
+                f"{initial / best:.2f}x",
+            )
+        )
+    unit = "relative to the initial placement" if config.env.normalize == "initial" else "s"
+    return "\n".join(
+        [
+            f"greedy evaluation after {config.train.iterations} updates (runtime, {unit}):",
+            format_table(rows),
+            "",
+            f"run directory: {workdir}  (place a graph: placeto-jax place GRAPH "
+            f"--checkpoint {workdir})",
+        ]
+    )
+
+
+def policy_json(r: Placement, cluster: Cluster) -> dict:
+    """A policy's placement of one graph on `cluster`."""
+    return {
+        "graph": r.graph,
+        "method": "placeto",
+        **cluster_json(cluster),
+        "makespan_us": r.makespan,
+        "single_device_makespan_us": r.single_device_makespan,
+        "initial_makespan_us": r.initial_makespan,
+        "peak_memory_bytes": np.asarray(r.peak_memory).tolist(),
+        "fits_memory": r.fits_memory,
+        "nodes": r.n_nodes,
+        "evaluations": r.evaluations,
+        "placement": r.placement.tolist(),
+    }
+
+
+def method_json(spec: str, r: PlacerResult, cluster: Cluster) -> dict:
+    """A baseline method's placement of graph `spec` on `cluster`."""
+    return {
+        "graph": spec,
+        "method": r.method,
+        **cluster_json(cluster),
+        "makespan_us": r.makespan,
+        "peak_memory_bytes": np.asarray(r.peak_memory).tolist(),
+        "fits_memory": r.fits_memory,
+        "evaluations": r.evaluations,
+        "wall_s": r.wall_s,
+        "placement": r.placement.tolist(),
+    }
+
+
+def policy_table(r: Placement) -> str:
+    """One graph placed by a policy against its single-device and initial placements."""
+    return format_table(
+        [
+            ("placement", "makespan ms", "speedup vs single"),
+            ("single device", f"{r.single_device_makespan / MS:.3f}", "1.00x"),
+            (
+                "initial (random)",
+                f"{r.initial_makespan / MS:.3f}",
+                f"{r.single_device_makespan / r.initial_makespan:.2f}x",
+            ),
+            ("placeto", f"{r.makespan / MS:.3f}", f"{r.single_device_makespan / r.makespan:.2f}x"),
+        ]
+    )
+
+
+def method_table(r: PlacerResult) -> str:
+    return format_table(
+        [
+            ("makespan ms", "peak memory GB", "evaluations", "wall s"),
+            (
+                f"{r.makespan / MS:.3f}",
+                f"{np.max(r.peak_memory) / GB:.3f}",
+                str(r.evaluations),
+                f"{r.wall_s:.2f}",
+            ),
+        ]
+    )
+
+
+def eval_table(results: Sequence[Placement]) -> str:
+    """One row per graph placed by a policy."""
+    rows = [("graph", "nodes", "single ms", "initial ms", "placeto ms", "speedup")]
+    for r in results:
+        rows.append(
+            (
+                r.graph,
+                str(r.n_nodes),
+                f"{r.single_device_makespan / MS:.3f}",
+                f"{r.initial_makespan / MS:.3f}",
+                f"{r.makespan / MS:.3f}",
+                f"{r.single_device_makespan / r.makespan:.2f}x",
+            )
+        )
+    return format_table(rows)
