@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow lint bench bench-train bench-gpu reproduce-quick reproduce clean
+.PHONY: install run test test-slow lint bench bench-wide bench-train bench-gpu reproduce-quick reproduce clean
 
 install: $(STAMP)
 
@@ -32,6 +32,9 @@ lint: install
 
 bench: install  ## simulator throughput vs the Python reference; writes results/bench/simulator.json
 	$(PY) experiments/bench_simulator.py
+
+bench-wide: install  ## the scan and the wide-graph loops on real graphs, with the reference; writes results/bench/wide.json
+	cd experiments && ../$(PY) bench_wide.py
 
 bench-train: install  ## trainer throughput; writes results/bench/training.json
 	cd experiments && ../$(PY) bench_training.py

@@ -319,16 +319,25 @@ def _finish(graph, placement, start, end, xfer, arrival, n_dev: int, broadcast: 
     )
 
 
+def transfer(cluster, bus_t, bus_r, et, er, xfer_v, need):
+    """Per lane [L], where `need`: one transfer of the output of an op that ended at stamp
+    (et, er), queued on its device's bus (free from (bus_t, bus_r)), taking `xfer_v` µs.
+    Returns the bus's new free stamp, the transfer's start (-inf where not `need`) and its
+    arrival stamp."""
+    x_t, x_r = _later(bus_t, bus_r, et, er)
+    a_t, a_r = _after(x_t, x_r, xfer_v)
+    b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
+    bus_t, bus_r = jnp.where(need, b_t, bus_t), jnp.where(need, b_r, bus_r)
+    return bus_t, bus_r, jnp.where(need, x_t, -jnp.inf), a_t, a_r
+
+
 def _broadcast_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote):
     """One transfer of the op's output (ended at stamp (et, er)) serves every remote consumer.
     Per lane: returns the bus's new free stamp, the transfer's start and arrival ([L, 1] µs, -inf
     if none) and each consumer's input stamp ([L, K] µs, [L, K] rounds)."""
     sends = jnp.any(remote, axis=1)
-    x_t, x_r = _later(bus_t, bus_r, et, er)
-    a_t, a_r = _after(x_t, x_r, xfer_v)
-    b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
-    bus_t, bus_r = jnp.where(sends, b_t, bus_t), jnp.where(sends, b_r, bus_r)
-    xfer_row = jnp.where(sends, x_t, -jnp.inf)[:, None]
+    bus_t, bus_r, x_t, a_t, a_r = transfer(cluster, bus_t, bus_r, et, er, xfer_v, sends)
+    xfer_row = x_t[:, None]
     arr_row = jnp.where(sends, a_t, -jnp.inf)[:, None]
     in_t = jnp.where(remote, a_t[:, None], et[:, None])
     in_r = jnp.where(remote, a_r[:, None], er[:, None])
@@ -342,14 +351,10 @@ def _per_device_send(cluster, bus_t, bus_r, et, er, xfer_v, kid_dev, remote):
     arr_t, arr_r, xfer_row = [], [], []
     for dest in range(n_dev):
         need = jnp.any(remote & (kid_dev == dest), axis=1)  # [L]
-        x_t, x_r = _later(bus_t, bus_r, et, er)
-        a_t, a_r = _after(x_t, x_r, xfer_v)
-        b_t, b_r = _until(a_t, a_r, a_t + cluster.delta2)
-        bus_t = jnp.where(need, b_t, bus_t)
-        bus_r = jnp.where(need, b_r, bus_r)
+        bus_t, bus_r, x_t, a_t, a_r = transfer(cluster, bus_t, bus_r, et, er, xfer_v, need)
         arr_t.append(jnp.where(need, a_t, -jnp.inf))
         arr_r.append(a_r)
-        xfer_row.append(jnp.where(need, x_t, -jnp.inf))
+        xfer_row.append(x_t)
     arr_t, arr_r = jnp.stack(arr_t), jnp.stack(arr_r)  # [D, L]
     in_t = jnp.where(remote, _pick(arr_t, kid_dev, -jnp.inf), et[:, None])
     in_r = jnp.where(remote, _pick(arr_r, kid_dev, 0), er[:, None])

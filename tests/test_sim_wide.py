@@ -1,0 +1,94 @@
+"""The wide-graph loop (`sim/wide.py`) against the reference: the same 520 random cases as
+test_sim.py (zero costs, ties, rounds at one instant, 1-8 devices, both transfer models), with
+blocks and rows small enough that every case uses several blocks and rows of consumers."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import placeto_jax as pj
+from placeto_jax import precision
+from placeto_jax.sim import api
+from placeto_jax.sim.core import SimGraph
+from placeto_jax.sim.padded import pad_graph
+from placeto_jax.sim.wide import simulate_lanes_wide
+from randgraphs import random_case
+
+F64 = np.float64
+SIZES = dict(n_pad=64, max_children=64, n_chains=64, n_edges=1024)  # one compile for all
+
+
+@functools.cache
+def _loop(row: int, block: int):
+    fn = functools.partial(simulate_lanes_wide, row=row, block=block)
+    return jax.jit(fn, static_argnums=3)
+
+
+def _check(seeds, row: int, block: int) -> None:
+    with precision.scope(F64):
+        for seed in seeds:
+            graph, cluster, placements = random_case(seed)
+            rows = np.zeros((len(placements), SIZES["n_pad"]), np.int32)
+            rows[:, : graph.n_ops] = placements
+            out = _loop(row, block)(
+                SimGraph.from_padded(pad_graph(graph, **SIZES), F64),
+                api.sim_cluster(cluster, F64),
+                jnp.asarray(rows),
+                cluster.broadcast,
+            )
+            n = graph.n_ops
+            for b, placement in enumerate(placements):
+                want = pj.simulate_reference(graph, cluster, placement)
+                got = {
+                    "makespan": out.makespan[b],
+                    "start": out.start[b, :n],
+                    "end": out.end[b, :n],
+                    "peak_memory": out.peak_memory[b],
+                    "transfer_start": np.where(
+                        np.isneginf(out.transfer_start[b, :n]), np.nan, out.transfer_start[b, :n]
+                    ),
+                    "arrival": np.where(
+                        np.isneginf(out.arrival[b, :n]), np.nan, out.arrival[b, :n]
+                    ),
+                }
+                for field, value in got.items():
+                    np.testing.assert_array_equal(
+                        value, getattr(want, field), err_msg=f"seed {seed} row {b} {field}"
+                    )
+
+
+def test_wide_loop_equals_the_reference_on_every_random_case():
+    """Rows of 2 consumers, blocks of 4 slots (16 blocks): 520 cases x 4 placements, exact."""
+    _check(range(520), row=2, block=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("row", "block"), [(3, 5), (1, 1), (8, 32)])
+def test_wide_loop_equals_the_reference_for_other_row_and_block_sizes(row, block):
+    _check(range(0, 520, 4), row, block)
+
+
+def test_simulate_takes_the_wide_loop_for_wide_graphs_and_stays_exact():
+    # 300 chains of two ops (an op and its consumer on another device half the time), with
+    # zero costs and shared consumers: at least WIDE_SLOTS chain slots.
+    rng = np.random.default_rng(5)
+    n = 600
+    cost = rng.choice([0.0, 10.0, 25.0], size=n)
+    edges = [(i, i + 300) for i in range(300)] + [
+        (i, 300 + (i * 7) % 300) for i in range(0, 300, 3)
+    ]
+    graph = pj.Graph.from_edges(cost, rng.choice([0.0, 7600.0], size=n), sorted(set(edges)))
+    assert api.padded(graph).width >= api.WIDE_SLOTS
+    for broadcast in (True, False):
+        cluster = pj.Cluster(3, broadcast=broadcast)
+        placements = rng.integers(0, 3, size=(3, n))
+        got = pj.simulate(graph, cluster, placements)
+        for b in range(3):
+            want = pj.simulate_reference(graph, cluster, placements[b])
+            np.testing.assert_array_equal(got.start[b], want.start)
+            np.testing.assert_array_equal(got.peak_memory[b], want.peak_memory)
