@@ -1,7 +1,7 @@
 """The simulator on real, wide graphs: the scan loop (`sim/core.py`) against the wide-graph loop
 (`sim/wide.py`) and the Python reference, side by side in one process.
 
-    python experiments/bench_wide.py                       # benchmark operator graphs, families
+    python experiments/bench_wide.py                # operator graphs, families, zoo op graphs
     python experiments/bench_wide.py --graphs family:nmt/24 --batch 256 --dtype float64
 
 For each graph: N ops, E edges, W chain slots; placements per CPU-second (all threads) of
@@ -25,18 +25,30 @@ import placeto_jax as pj
 from bench_simulator import machine, write_json
 from placeto_jax import precision
 from placeto_jax.graphs.registry import load
+from placeto_jax.graphs.zoo import zoo_op_graph
 from placeto_jax.report import format_table
 from placeto_jax.sim import api, core, wide
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "benchmarks" / "msr-fiddle"
 FAMILIES = ["family:cifar10/24", "family:ptb/24", "family:nmt/24"]
+# Zoo models traced at op level (ungrouped): `zoo-ops:MODEL[:SIZE=VALUE,...]`.
+ZOO_OPS = [f"zoo-ops:bert_base:layers={n}" for n in (3, 6, 12)] + ["zoo-ops:nmt"]
 SYNTHETIC = ["layered:2000"]
 
 
 def default_graphs() -> list[str]:
     files = sorted(str(p) for p in DATA.glob("throughput-inputs/OperatorGraphs/*.json"))
-    return files + FAMILIES + SYNTHETIC
+    return files + FAMILIES + ZOO_OPS + SYNTHETIC
+
+
+def graph_of(spec: str) -> pj.Graph:
+    """A graph by registry name or file, or a zoo model's ungrouped op graph (`zoo-ops:...`)."""
+    if not spec.startswith("zoo-ops:"):
+        return load(spec)
+    name, _, sizes = spec.removeprefix("zoo-ops:").partition(":")
+    pairs = (item.split("=") for item in sizes.split(",") if item)
+    return zoo_op_graph(name, sizes={k: int(v) for k, v in pairs})[0]
 
 
 def cpu_seconds(fn) -> float:
@@ -46,7 +58,7 @@ def cpu_seconds(fn) -> float:
 
 
 def measure(spec: str, batch: int, devices: int, dtype, repeats: int) -> dict:
-    graph = load(spec)
+    graph = graph_of(spec)
     cluster = pj.Cluster(devices)
     pg = api.padded(graph)
     rows = np.zeros((batch, pg.n_pad), np.int32)
