@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow lint bench bench-wide bench-train bench-gpu reproduce-quick reproduce clean
+.PHONY: install run test test-slow lint bench bench-train bench-gpu reproduce-quick reproduce clean
 
 install: $(STAMP)
 
@@ -30,11 +30,9 @@ lint: install
 	$(VENV)/bin/ruff check src tests experiments
 	$(VENV)/bin/ruff format --check src tests experiments
 
-bench: install  ## simulator throughput vs the Python reference; writes results/bench/simulator.json
+bench: install  ## simulator vs the Python reference: real graphs first (results/bench/wide.json), then the synthetic layered ones (results/bench/simulator.json)
+	cd experiments && ../$(PY) bench_wide.py --memory
 	$(PY) experiments/bench_simulator.py
-
-bench-wide: install  ## the scan and the wide-graph loops on real graphs, with the reference; writes results/bench/wide.json
-	cd experiments && ../$(PY) bench_wide.py
 
 bench-train: install  ## trainer throughput; writes results/bench/training.json
 	cd experiments && ../$(PY) bench_training.py

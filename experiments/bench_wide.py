@@ -1,18 +1,25 @@
-"""The simulator on real, wide graphs: the scan loop (`sim/core.py`) against the wide-graph loop
-(`sim/wide.py`) and the Python reference, side by side in one process.
+"""The simulator on real graphs: `pj.simulate` with a user's defaults (float64, the loop it
+picks), the scan loop alone, and the Python reference, side by side in one process.
 
     python experiments/bench_wide.py                # operator graphs, families, zoo op graphs
-    python experiments/bench_wide.py --graphs family:nmt/24 --batch 256 --dtype float64
+    python experiments/bench_wide.py --graphs family:nmt/24 --batch 256
 
-For each graph: N ops, E edges, W chain slots; placements per CPU-second (all threads) of
-`simulate_batch` with each loop (calls alternated, best of `--repeats`), of the reference (one
-placement at a time), and the ratios. Both loops' outputs are checked equal. Prints a table and
-writes every number, with the machine, to results/bench/wide.json.
+For each graph: N ops, E edges, W chain slots, K padded out-degree; placements per CPU-second
+(all threads) and per wall-second of `pj.simulate` on a batch of B (calls alternated with the
+scan loop's, best of `--repeats`; outputs checked equal), of `simulate_batch(loop="scan")` on
+the same padded batch, and of the reference (one placement at a time, single-threaded, so its
+two rates are equal); the ratios. Then the growth of time per placement against N over the
+BERT op graphs, and (`--memory`) the peak RSS of one `pj.simulate` call at B = 4,096 on
+`family:nmt/24`, in a fresh process. Prints the tables and writes every number, with the
+machine, to results/bench/wide.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,14 +34,17 @@ from placeto_jax import precision
 from placeto_jax.graphs.registry import load
 from placeto_jax.graphs.zoo import zoo_op_graph
 from placeto_jax.report import format_table
-from placeto_jax.sim import api, core, wide
+from placeto_jax.sim import api
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "benchmarks" / "msr-fiddle"
 FAMILIES = ["family:cifar10/24", "family:ptb/24", "family:nmt/24"]
 # Zoo models traced at op level (ungrouped): `zoo-ops:MODEL[:SIZE=VALUE,...]`.
-ZOO_OPS = [f"zoo-ops:bert_base:layers={n}" for n in (3, 6, 12)] + ["zoo-ops:nmt"]
+BERT = [f"zoo-ops:bert_base:layers={n}" for n in (3, 6, 12)]
+ZOO_OPS = [*BERT, "zoo-ops:nmt"]
 SYNTHETIC = ["layered:2000"]
+MEMORY = ("family:nmt/24", 4096)
+REFERENCE_S = 2.0  # CPU seconds of reference placements per graph (at least two placements)
 
 
 def default_graphs() -> list[str]:
@@ -51,42 +61,54 @@ def graph_of(spec: str) -> pj.Graph:
     return zoo_op_graph(name, sizes={k: int(v) for k, v in pairs})[0]
 
 
-def cpu_seconds(fn) -> float:
-    tic = time.process_time()
-    jax.block_until_ready(fn())
-    return time.process_time() - tic
+def label(spec: str) -> str:
+    return Path(spec).stem if spec.endswith(".json") else spec
 
 
-def measure(spec: str, batch: int, devices: int, dtype, repeats: int) -> dict:
+def timed(fn) -> tuple[object, float, float]:
+    """(result, CPU s, wall s) of fn()."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    out = jax.block_until_ready(fn())
+    return out, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def measure(spec: str, batch: int, devices: int, repeats: int) -> dict:
     graph = graph_of(spec)
     cluster = pj.Cluster(devices)
     pg = api.padded(graph)
-    rows = np.zeros((batch, pg.n_pad), np.int32)
     placements = np.random.default_rng(0).integers(0, devices, size=(batch, graph.n_ops))
+    rows = np.zeros((batch, pg.n_pad), np.int32)
     rows[:, : graph.n_ops] = placements
-    lanes = api.chunk_size()
-    with precision.scope(dtype):
-        sim_graph, sim_cluster = api.device_graph(graph, dtype), api.sim_cluster(cluster, dtype)
-        chunks = jnp.asarray(rows).reshape(-1, min(lanes, batch), pg.n_pad)
-        loops = {}
-        for name, loop in (("scan", core.simulate_lanes), ("wide", wide.simulate_lanes_wide)):
-            run = jax.jit(lambda g, c, r, loop=loop: jax.lax.map(lambda x: loop(g, c, x), r))
-            loops[name] = lambda run=run: run(sim_graph, sim_cluster, chunks)
-        outs = {name: jax.block_until_ready(fn()) for name, fn in loops.items()}  # compile
-        best = {name: float("inf") for name in loops}
-        for _ in range(repeats):
-            for name, fn in loops.items():
-                best[name] = min(best[name], cpu_seconds(fn))
-    same = all(
-        np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
-        for a, b in zip(outs["scan"], outs["wide"], strict=True)
+    dtype = precision.EXACT
+
+    def scan():
+        with precision.scope(dtype):
+            return api.simulate_batch(
+                api.device_graph(graph, dtype),
+                api.sim_cluster(cluster, dtype),
+                jnp.asarray(rows),
+                cluster.broadcast,
+                loop="scan",
+            )
+
+    calls = {"simulate": lambda: pj.simulate(graph, cluster, placements), "scan": scan}
+    first = {name: timed(fn)[0] for name, fn in calls.items()}  # compiles
+    best = {name: (np.inf, np.inf) for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            _, cpu, wall = timed(fn)
+            best[name] = (min(best[name][0], cpu), min(best[name][1], wall))
+    equal = np.array_equal(
+        first["simulate"].start, np.asarray(first["scan"].start)[:, : graph.n_ops]
     )
-    n_ref = max(1, min(8, batch))
-    tic = time.process_time()
-    for p in placements[:n_ref]:
-        pj.simulate_reference(graph, cluster, p)
-    reference = n_ref / (time.process_time() - tic)
-    scan, wide_rate = batch / best["scan"], batch / best["wide"]
+    done, spent, exact = 0, 0.0, True
+    while done < batch and (done < 2 or spent < REFERENCE_S):  # placements one at a time
+        tic = time.process_time()
+        want = pj.simulate_reference(graph, cluster, placements[done])
+        spent += time.process_time() - tic
+        exact &= bool(np.array_equal(first["simulate"][done].start, want.start))
+        done += 1
+    reference = done / spent
     return {
         "graph": spec,
         "n_ops": graph.n_ops,
@@ -94,13 +116,74 @@ def measure(spec: str, batch: int, devices: int, dtype, repeats: int) -> dict:
         "chain_slots": pg.width,
         "max_children": int(pg.children.shape[1]),
         "batch": batch,
-        "dtype": np.dtype(dtype).name,
-        "scan_per_cpu_s": scan,
-        "wide_per_cpu_s": wide_rate,
+        "loop": "wide" if pg.width >= api.WIDE_SLOTS else "scan",
+        "simulate_per_cpu_s": batch / best["simulate"][0],
+        "simulate_per_wall_s": batch / best["simulate"][1],
+        "scan_per_cpu_s": batch / best["scan"][0],
+        "scan_per_wall_s": batch / best["scan"][1],
         "reference_per_cpu_s": reference,
-        "wide_over_scan": wide_rate / scan,
-        "outputs_equal": same,
+        "outputs_equal": bool(equal),
+        "exact_against_reference": exact,
     }
+
+
+def results_table(rows: list[dict]) -> str:
+    head = ("graph", "N", "E", "W", "K", "loop", "jax/cpu-s", "jax/wall-s", "scan/cpu-s")
+    table = [(*head, "ref/s", "jax/ref cpu", "jax/ref wall", "jax/scan")]
+    for r in rows:
+        ref = r["reference_per_cpu_s"]
+        table.append(
+            (
+                label(r["graph"]),
+                str(r["n_ops"]),
+                str(r["n_edges"]),
+                str(r["chain_slots"]),
+                str(r["max_children"]),
+                r["loop"],
+                f"{r['simulate_per_cpu_s']:,.0f}",
+                f"{r['simulate_per_wall_s']:,.0f}",
+                f"{r['scan_per_cpu_s']:,.0f}",
+                f"{ref:,.1f}",
+                f"{r['simulate_per_cpu_s'] / ref:.1f}x",
+                f"{r['simulate_per_wall_s'] / ref:.1f}x",
+                f"{r['simulate_per_cpu_s'] / r['scan_per_cpu_s']:.2f}x",
+            )
+        )
+    return format_table(table)
+
+
+def growth_summary(rows: list[dict]) -> str | None:
+    """Time per placement against N from the smallest to the largest BERT op graph."""
+    bert = sorted((r for r in rows if r["graph"] in BERT), key=lambda r: r["n_ops"])
+    if len(bert) < 2:
+        return None
+    small, large = bert[0], bert[-1]
+    n_growth = large["n_ops"] / small["n_ops"]
+    t_growth = small["simulate_per_cpu_s"] / large["simulate_per_cpu_s"]
+    verdict = "meets" if t_growth <= 1.3 * n_growth else "BELOW"
+    return (
+        f"growth {label(small['graph'])} -> {label(large['graph'])}: N x{n_growth:.2f}, time "
+        f"per placement x{t_growth:.2f} ({t_growth / n_growth:.2f} x N's, <= 1.3 required): "
+        f"{verdict}"
+    )
+
+
+def memory_row() -> dict:
+    """Peak RSS of one pj.simulate call at MEMORY's size, in a fresh process."""
+    spec, batch = MEMORY
+    code = (
+        "import json, resource, numpy as np, placeto_jax as pj\n"
+        "from placeto_jax.graphs.registry import load\n"
+        f"g = load({spec!r}); c = pj.Cluster(4)\n"
+        f"p = np.random.default_rng(0).integers(0, 4, size=({batch}, g.n_ops))\n"
+        "r = pj.simulate(g, c, p)\n"
+        "print(json.dumps({'n_ops': g.n_ops, 'peak_rss_gb': "
+        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if done.returncode:
+        return {"graph": spec, "batch": batch, "error": done.stderr.strip()[-300:]}
+    return {"graph": spec, "batch": batch, **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,36 +191,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graphs", nargs="+", default=None, help="graphs (default: see above)")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--devices", type=int, default=4)
-    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--memory", action="store_true", help="also the B = 4,096 memory row")
     parser.add_argument("--out", type=Path, default=ROOT / "results/bench/wide.json")
     args = parser.parse_args(argv)
     rows = []
     for spec in args.graphs or default_graphs():
-        rows.append(measure(spec, args.batch, args.devices, np.dtype(args.dtype), args.repeats))
-        print(f"  {spec}: done", file=sys.stderr, flush=True)
+        rows.append(measure(spec, args.batch, args.devices, args.repeats))
+        print(f"  {label(spec)}: done", file=sys.stderr, flush=True)
         write_json(args.out, {"machine": machine(), "rows": rows})  # so far
-    table = [("graph", "N", "E", "W", "K", "scan/s", "wide/s", "ref/s", "wide/scan", "wide/ref")]
-    for r in rows:
-        table.append(
-            (
-                Path(r["graph"]).name if r["graph"].endswith(".json") else r["graph"],
-                str(r["n_ops"]),
-                str(r["n_edges"]),
-                str(r["chain_slots"]),
-                str(r["max_children"]),
-                f"{r['scan_per_cpu_s']:,.0f}",
-                f"{r['wide_per_cpu_s']:,.0f}",
-                f"{r['reference_per_cpu_s']:,.1f}",
-                f"{r['wide_over_scan']:.2f}x",
-                f"{r['wide_per_cpu_s'] / r['reference_per_cpu_s']:.1f}x",
-            )
-        )
-    print(f"placements per CPU-second, B = {args.batch}, {args.dtype}, {args.devices} devices")
-    print(format_table(table))
-    if not all(r["outputs_equal"] for r in rows):
-        print("WARNING: the two loops' outputs differ", file=sys.stderr)
-    write_json(args.out, {"machine": machine(), "rows": rows})
+    print(f"placements per second, B = {args.batch}, float64 (pj.simulate's default), ")
+    print(f"{args.devices} devices; the reference is single-threaded (CPU s = wall s)")
+    print(results_table(rows))
+    summary = {"machine": machine(), "rows": rows}
+    growth = growth_summary(rows)
+    if growth:
+        print(growth)
+        summary["growth"] = growth
+    if args.memory:
+        summary["memory"] = memory_row()
+        print(f"memory: {summary['memory']}")
+    if not all(r["outputs_equal"] and r["exact_against_reference"] for r in rows):
+        print("WARNING: outputs differ between the loops or from the reference", file=sys.stderr)
+    summary["self_peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    write_json(args.out, summary)
     print(f"\nwrote {args.out}")
     return 0
 

@@ -203,3 +203,40 @@ def test_gpu_table_and_aims(monkeypatch):
         "aim N=100: 1,250,000 placements/s (>= 1,000,000): meets",
         "aim N=500: 99,999 placements/s (>= 100,000): BELOW",
     ]
+
+
+def load_wide_bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("bench_wide", SCRIPT.with_name("bench_wide.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_wide_bench_measures_both_loops_and_the_reference(monkeypatch, tmp_path):
+    bench = load_wide_bench(monkeypatch)
+    out = tmp_path / "wide.json"
+    assert (
+        bench.main(["--graphs", "layered:40", "--batch", "4", "--repeats", "1", "--out", str(out)])
+        == 0
+    )
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["n_ops"], row["batch"], row["loop"]) == (40, 4, "scan")
+    assert row["outputs_equal"] and row["exact_against_reference"]
+    assert min(row["simulate_per_cpu_s"], row["scan_per_cpu_s"], row["reference_per_cpu_s"]) > 0
+
+
+def test_wide_bench_growth_line(monkeypatch):
+    bench = load_wide_bench(monkeypatch)
+    small, large = bench.BERT[0], bench.BERT[-1]
+    rows = [
+        {"graph": small, "n_ops": 1000, "simulate_per_cpu_s": 100.0},
+        {"graph": large, "n_ops": 3000, "simulate_per_cpu_s": 25.0},  # time x4, N x3
+    ]
+    assert bench.growth_summary(rows) == (
+        f"growth {small} -> {large}: N x3.00, time per placement x4.00 "
+        "(1.33 x N's, <= 1.3 required): BELOW"
+    )
+    rows[1]["simulate_per_cpu_s"] = 30.0  # time x3.33: 1.11 x N's
+    assert bench.growth_summary(rows).endswith("(1.11 x N's, <= 1.3 required): meets")
+    assert bench.growth_summary(rows[:1]) is None

@@ -70,21 +70,28 @@ def chunk_size() -> int:
     return 64 if jax.default_backend() == "cpu" else 1 << 30
 
 
-@functools.partial(jax.jit, static_argnames="broadcast")
+@functools.partial(jax.jit, static_argnames=("broadcast", "loop"))
 def simulate_batch(
-    graph: SimGraph, cluster: SimCluster, placements: jax.Array, broadcast: bool = True
+    graph: SimGraph,
+    cluster: SimCluster,
+    placements: jax.Array,
+    broadcast: bool = True,
+    loop: str = "auto",
 ) -> SimOutput:
     """Simulate placements [B, Np] int32: a scan over chunks of `chunk_size` lanes, each chunk
-    one loop (a last, smaller chunk takes the rest): `simulate_lanes`, or for a graph of at
-    least `WIDE_SLOTS` chain slots `simulate_lanes_wide` (the same outputs, bit for bit)."""
+    one loop (a last, smaller chunk takes the rest): "scan" (`simulate_lanes`) or "wide"
+    (`simulate_lanes_wide`), the same outputs bit for bit; "auto" takes the wide loop for a
+    graph of at least `WIDE_SLOTS` chain slots."""
+    if loop not in ("auto", "scan", "wide"):
+        raise ValueError(f"loop must be 'auto', 'scan' or 'wide', not {loop!r}")
     n_rows, n_pad = placements.shape
     lanes = max(1, min(chunk_size(), n_rows, _MAX_FLAT // n_pad))
     n_full = n_rows // lanes * lanes
-    wide = graph.chain_heads.shape[0] >= WIDE_SLOTS
-    loop = simulate_lanes_wide if wide else simulate_lanes
+    wide = loop == "wide" or (loop == "auto" and graph.chain_heads.shape[0] >= WIDE_SLOTS)
+    loop_fn = simulate_lanes_wide if wide else simulate_lanes
 
     def run(rows):
-        return loop(graph, cluster, rows, broadcast)
+        return loop_fn(graph, cluster, rows, broadcast)
 
     out = jax.lax.map(run, placements[:n_full].reshape(-1, lanes, n_pad))
     out = jax.tree.map(lambda x: x.reshape(n_full, *x.shape[2:]), out)
