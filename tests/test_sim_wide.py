@@ -92,3 +92,25 @@ def test_simulate_takes_the_wide_loop_for_wide_graphs_and_stays_exact():
             want = pj.simulate_reference(graph, cluster, placements[b])
             np.testing.assert_array_equal(got.start[b], want.start)
             np.testing.assert_array_equal(got.peak_memory[b], want.peak_memory)
+
+
+def test_wide_loop_equals_the_scan_loop_in_float32():
+    """Times as float32 bit patterns order as the floats do: both loops agree to the bit."""
+    with precision.scope(np.float32):
+        for seed in range(520):
+            graph, cluster, placements = random_case(seed)
+            if cluster.n_devices != 4:  # two compiled shapes per loop (broadcast or not)
+                continue
+            rows = np.zeros((len(placements), SIZES["n_pad"]), np.int32)
+            rows[:, : graph.n_ops] = placements
+            args = (
+                SimGraph.from_padded(pad_graph(graph, **SIZES), np.float32),
+                api.sim_cluster(cluster, np.float32),
+                jnp.asarray(rows),
+                cluster.broadcast,
+            )
+            wide = api.simulate_batch(*args, loop="wide")
+            scan = api.simulate_batch(*args, loop="scan")
+            assert wide.end.dtype == np.float32
+            for a, b in zip(wide, scan, strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"seed {seed}")
