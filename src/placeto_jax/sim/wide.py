@@ -10,15 +10,16 @@ which dominates on real graphs (W of 100 to 700). This loop commits the same op 
   (ready time, index); the others start at R_v, order (ready stamp, index). Both orders are keys
   fixed once a head is known. The slots are cut into blocks of S; for every (device, block) the
   loop keeps the head smallest by (R_t, R_r, index) ("T1") and by (R_t, index) ("T2").
-* **The choice.** Per device: T1's winner m over its blocks; if R_m > F_d, m starts at R_m.
+* **The choice.** The D x W / S block winners are read densely (their keys are stored with
+  them). Per device: T1's winner m over its blocks; if R_m > F_d, m starts at R_m.
   Otherwise group A is not empty; its smallest (R_t, index) is T2's winner when R_t(m) < F_t
   (every head with the smallest ready time is then in A). When R_t(m) = F_t, A holds the heads
   with R_t = F_t and R_r <= F_r: T2's winner if its round qualifies, else (a tie at one instant
   between rounds of zero-time work, rare) a scan of the device's heads. The step commits the
   smallest device candidate by (start stamp, ready time, index), as `core` does.
-* **Updates.** The committed head leaves its block and its chain's next op enters one: two
-  blocks rescanned (2 S). A head that becomes known (its last parent started) is compared with
-  its block's winners (O(1)).
+* **Updates.** The committed head leaves its block, which is rescanned (S slots). The chain's
+  next op and every consumer that became a known head (its last parent started) are compared
+  with their block's winners (O(1) each, the best candidate per block first).
 * **Rows of children.** An op's consumers are handled in rows of K0: a step commits an op and
   handles its first row, and an op with more consumers takes one more step per row before the
   next commit (nothing is committed in between, so the order of events is unchanged). The loop
