@@ -31,8 +31,6 @@ import numpy as np
 
 from placeto_jax.sim.padded import PaddedGraph
 
-_BIG_INT = np.iinfo(np.int32).max
-
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -127,13 +125,21 @@ def _until(t, r, new_t):
     return jnp.where(moved, new_t, t), jnp.where(moved, 0, r)
 
 
+def smallest(keys: list[jax.Array], valid: jax.Array, axis: int) -> jax.Array:
+    """Mask of the `valid` entry smallest by `keys` lexicographically along `axis` (the last
+    key unique among valid entries): one True per row that has a valid entry."""
+    mask = valid
+    for key in keys:
+        floating = jnp.issubdtype(key.dtype, jnp.floating)
+        big = jnp.inf if floating else jnp.iinfo(key.dtype).max
+        mask = mask & (key == jnp.min(jnp.where(mask, key, big), axis=axis, keepdims=True))
+    return mask
+
+
 def _lexmin_slot(keys: list[jax.Array], valid: jax.Array) -> jax.Array:
     """[L] index along the first axis of the `valid` entry that is smallest by `keys` [W, L]
     lexicographically (the last key must be unique among valid entries); W where none is."""
-    mask = valid
-    for key in keys:
-        big = jnp.inf if jnp.issubdtype(key.dtype, jnp.floating) else _BIG_INT
-        mask = mask & (key == jnp.min(jnp.where(mask, key, big), axis=0))
+    mask = smallest(keys, valid, axis=0)
     n = mask.shape[0]
     return jnp.min(jnp.where(mask, jnp.arange(n)[:, None], n), axis=0)
 

@@ -53,6 +53,7 @@ from placeto_jax.sim.core import (
     _pick,
     _until,
     consumer_devices,
+    smallest,
     transfer,
 )
 
@@ -93,16 +94,6 @@ def _before_stamp(a, b) -> jax.Array:
 def _before_time(a, b) -> jax.Array:
     """Whether keys a = (R_t, R_r, op) come before b in T2's order (R_t, op)."""
     return (a[0] < b[0]) | ((a[0] == b[0]) & (a[2] < b[2]))
-
-
-def _smallest(keys: list[jax.Array], valid: jax.Array, axis: int) -> jax.Array:
-    """Mask of the `valid` entry smallest by integer `keys` lexicographically along `axis` (the
-    last key unique among valid entries): one True per row that has a valid entry."""
-    mask = valid
-    for key in keys:
-        least = jnp.min(jnp.where(mask, key, jnp.iinfo(key.dtype).max), axis=axis, keepdims=True)
-        mask = mask & (key == least)
-    return mask
 
 
 def _select(mask: jax.Array, values: jax.Array, axis: int, fill) -> jax.Array:
@@ -183,7 +174,7 @@ def simulate_lanes_wide(
         op, t, r = rows[..., OP], rows[..., S_T], rows[..., S_R]
         entries = []
         for keys in ([t, r, op], [t, op]):
-            mask = _smallest(keys, valid, 1)
+            mask = smallest(keys, valid, 1)
             entries.append(
                 jnp.stack(
                     [_select(mask, x, 1, f) for x, f in zip((slots, t, r, op), none, strict=True)],
@@ -220,7 +211,7 @@ def simulate_lanes_wide(
     def device_best(s: _State, tree: int, order) -> tuple[jax.Array, ...]:
         """Per device [D, L]: the winner (slot, time bits, round, op) over its blocks."""
         view = s.best[: blk_scratch * n_lanes, tree].reshape(n_dev, n_blocks, n_lanes, 4)
-        mask = _smallest([view[..., k] for k in order], view[..., B_OP] < big, axis=1)
+        mask = smallest([view[..., k] for k in order], view[..., B_OP] < big, axis=1)
         return tuple(_select(mask, view[..., k], 1, none[k]) for k in range(4))
 
     def choose(s: _State):
@@ -240,7 +231,7 @@ def simulate_lanes_wide(
         )
         s_t = jnp.where(group_a, f_t, m_t)  # every candidate's ready time is m_t
         s_r = jnp.where(group_a, f_r, m_r)
-        mask = _smallest([s_t, s_r, m_t, c_op], exists, axis=0)  # [D, L]
+        mask = smallest([s_t, s_r, m_t, c_op], exists, axis=0)  # [D, L]
         d = jnp.minimum(jnp.argmax(mask, axis=0).astype(jnp.int32), n_dev - 1)
         # (no candidate: a pending lane, whose choice is unused)
         slot = _select(mask, c_slot, 0, 0).astype(jnp.int32)
@@ -256,7 +247,7 @@ def simulate_lanes_wide(
         out_slot, out_op = [], []
         for e in range(n_dev):
             ok = (rows[..., ON] == e) & (rows[..., S_T] == f_t[e]) & (rows[..., S_R] <= f_r[e])
-            mask = _smallest([rows[..., OP]], ok, axis=0)
+            mask = smallest([rows[..., OP]], ok, axis=0)
             out_slot.append(jnp.where(hard[e], _select(mask, slots, 0, sentinel), c_slot[e]))
             out_op.append(jnp.where(hard[e], _select(mask, rows[..., OP], 0, big), c_op[e]))
         return jnp.stack(out_slot), jnp.stack(out_op)
@@ -377,7 +368,7 @@ def simulate_lanes_wide(
     ).reshape(-1, 4)
     valid = (slot_on == devices[:, :, None]).reshape(n_dev, n_blocks, block, n_lanes)
     ops = jnp.broadcast_to(slot_op.reshape(n_blocks, block, n_lanes), valid.shape).astype(itype)
-    mask = _smallest([ops], valid, axis=2)  # every ready time is 0 at the start
+    mask = smallest([ops], valid, axis=2)  # every ready time is 0 at the start
     slot_ids = jnp.arange(n_slots, dtype=itype).reshape(n_blocks, block, 1)
     entry = jnp.stack(
         [
