@@ -101,16 +101,23 @@ def simulate_batch(
     return out
 
 
-def simulate_rows(graph: Graph, cluster: Cluster, rows: np.ndarray, dtype: Any = precision.EXACT):
-    """SimOutput (NumPy, `dtype`) of placement rows [B, Np] int32 on the graph's default
-    padding, in one `simulate_batch` call of exactly B rows (the caller pads the batch to the
-    sizes it wants compiled). No validation: `simulate` is the checked entry point."""
+def simulate_rows(
+    graph: Graph,
+    cluster: Cluster,
+    rows: np.ndarray,
+    dtype: Any = precision.EXACT,
+    padding: PaddedGraph | None = None,
+):
+    """SimOutput (NumPy, `dtype`) of placement rows [B, Np] int32 on `padding` (default: the
+    graph's cached default padding), in one `simulate_batch` call of exactly B rows (the caller
+    pads the batch to the sizes it wants compiled). No validation: `simulate` is the checked
+    entry point."""
     with precision.scope(dtype):
+        sim_graph = (
+            device_graph(graph, dtype) if padding is None else SimGraph.from_padded(padding, dtype)
+        )
         out = simulate_batch(
-            device_graph(graph, dtype),
-            sim_cluster(cluster, dtype),
-            jnp.asarray(rows, jnp.int32),
-            cluster.broadcast,
+            sim_graph, sim_cluster(cluster, dtype), jnp.asarray(rows, jnp.int32), cluster.broadcast
         )
         return jax.device_get(out)
 
@@ -138,17 +145,7 @@ def simulate(
     n, b = graph.n_ops, batch.shape[0]
     rows = np.zeros((bucket(b, 1), pg.n_pad), dtype=np.int32)
     rows[:b, :n] = batch
-    if padding is None:
-        out = simulate_rows(graph, cluster, rows, dtype)
-    else:
-        with precision.scope(dtype):
-            out = simulate_batch(
-                SimGraph.from_padded(pg, dtype),
-                sim_cluster(cluster, dtype),
-                rows,
-                cluster.broadcast,
-            )
-            out = jax.device_get(out)
+    out = simulate_rows(graph, cluster, rows, dtype, padding)
     result = SimResult(
         makespan=np.asarray(out.makespan[:b]),
         start=np.asarray(out.start[:b, :n]),
