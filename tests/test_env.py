@@ -30,7 +30,7 @@ class Jitted:
         self.reset = jax.jit(env.reset)
         self.step = jax.jit(env.step)
         self.observe = env.observe
-        self.current_node = env.current_node
+        self.current_unit = env.current_unit
 
 
 def _env(config=RAW, graphs=None, cluster=CLUSTER, buckets=None):
@@ -56,7 +56,7 @@ def test_hand_traced_episode_on_the_diamond():
     ]
     before = 190.0
     for i, (action, placement, makespan) in enumerate(expected):
-        assert int(obs.node) == i
+        assert int(obs.unit) == i
         state, obs, reward, done = env.step(KEY, state, jnp.int32(action), env_params)
         np.testing.assert_array_equal(state.placement[:4], placement)
         assert float(state.makespan) == pytest.approx(makespan, rel=1e-6)
@@ -153,7 +153,7 @@ def test_random_traversal_visits_every_node_once_per_pass():
     assert not np.array_equal(order[:20], np.asarray(env_params.bank.order[0, :20]))
     visited = []
     for _ in range(40):
-        visited.append(int(env.current_node(state, env_params)))
+        visited.append(int(env.current_unit(state, env_params)))
         state, _, _, done = env.step(KEY, state, jnp.int32(1), env_params)
     assert visited == list(order[:20]) * 2 and bool(done)
 
@@ -229,3 +229,71 @@ def test_edges_are_padded_to_an_eighth_of_their_power_of_two():
     assert graph.n_edges == 284  # between 256 and 512: a multiple of 64, not 512
     bank = build_bank([prepare("layered", graph)])
     assert bank.senders.shape[1] == 320 and bank.edge_mask.sum() == 284
+
+
+def training_step_graph() -> Graph:
+    """A weight w (1 µs, 1,000 B), forward f (10 µs, 2,000 B), backward b (20 µs, 1,000 B) and
+    update u (5 µs) that reads w and b's gradient; w and u are co-located, with f and b between
+    them, so they stay two nodes of the DAG tied to one decision."""
+    return Graph.from_edges(
+        [1.0, 10.0, 20.0, 5.0], [1000.0, 2000.0, 1000.0, 0.0],
+        [(0, 1), (1, 2), (2, 3), (0, 3)], names=["w", "f", "b", "u"],
+        colocation=[0, -1, -1, 0],
+    )  # fmt: skip
+
+
+def test_a_co_location_class_is_one_decision_with_hand_derived_rewards():
+    # All on device 0: w 0-1, f 1-11, b 11-31, u 31-36 (makespan 36).
+    # {w, u} -> 1: w 0-1 on 1, its output to f on bus 1 (1-2), f 2-12, b 12-32 on 0, b's
+    # gradient to u on bus 0 (32-33), u 33-38: 38. f -> 1: f 1-11 next to w, f's output to b
+    # (11-13), b 13-33, its gradient (33-34), u 34-39: 39. b -> 1: everything on 1: 36.
+    pg = prepare("step", training_step_graph())
+    assert pg.graph.n_ops == 4 and pg.n_units == 3
+    env, env_params = _env(graphs=[pg])
+    bank = env_params.bank
+    np.testing.assert_array_equal(bank.unit[0, :4], [0, 1, 2, 0])
+    np.testing.assert_array_equal(bank.order[0, :3], [0, 1, 2])
+    state, obs = env.reset(jax.random.key(0), env_params)
+    assert float(state.makespan) == pytest.approx(36.0)
+    expected = [
+        ([1, 0, 0, 1], 38.0, [True, False, False, True], [False, True, True, False]),
+        ([1, 1, 0, 1], 39.0, [False, True, False, False], [True, False, False, False]),
+        ([1, 1, 1, 1], 36.0, [False, False, True, False], [True, True, False, False]),
+    ]
+    before = 36.0
+    for step, (placement, makespan, current, ancestors) in enumerate(expected):
+        assert int(obs.unit) == step
+        np.testing.assert_array_equal(obs.current[:4], current)
+        np.testing.assert_array_equal(obs.features[:4, 3], current)  # the current-unit flag
+        np.testing.assert_array_equal(obs.ancestors[:4], ancestors)
+        state, obs, reward, done = env.step(KEY, state, jnp.int32(1), env_params)
+        np.testing.assert_array_equal(state.placement[:4], placement)
+        assert float(state.makespan) == pytest.approx(makespan, rel=1e-6)
+        assert float(reward) == pytest.approx((before - makespan) * 1e-6, rel=1e-5)
+        assert bool(done) == (step == 2)
+        before = makespan
+    # f and b lie between w and u: they are both ancestors and descendants of that unit.
+    first = env.observe(dataclasses.replace(state, t=jnp.int32(0)), env_params)
+    np.testing.assert_array_equal(first.descendants[:4], [False, True, True, False])
+    second = env.observe(dataclasses.replace(state, t=jnp.int32(1)), env_params)
+    np.testing.assert_array_equal(second.features[:4, 2], [1, 0, 0, 1])  # one decision placed
+
+
+def test_random_initial_placements_keep_tied_nodes_together():
+    config = dataclasses.replace(RAW, initial_placement="random")
+    env, env_params = _env(config, graphs=[prepare("step", training_step_graph())])
+    for seed in range(8):
+        state, _ = env.reset(jax.random.key(seed), env_params)
+        assert int(state.placement[0]) == int(state.placement[3])
+
+
+def test_the_memory_mask_counts_a_whole_unit():
+    # w and u hold 600 B of parameters each: the unit needs 1,600 + 600 B with outputs, which
+    # does not fit next to f (2,000 B) and b (1,000 B) on a 4,000 B device, but fits alone.
+    graph = training_step_graph()
+    graph = dataclasses.replace(graph, param_bytes=np.array([600.0, 0.0, 0.0, 600.0]))
+    cluster = dataclasses.replace(CLUSTER, memory=4000.0)
+    config = dataclasses.replace(RAW, mask_out_of_memory=True)
+    env, env_params = _env(config, graphs=[prepare("step", graph)], cluster=cluster)
+    _, obs = env.reset(jax.random.key(0), env_params)
+    np.testing.assert_array_equal(obs.action_mask, [False, True])

@@ -66,7 +66,7 @@ def test_diamond_to_two_groups_by_hand():
 def test_can_merge_rejects_a_path_through_a_third_group():
     # a -> d directly and a -> b -> d: merging a with d would put b on a cycle.
     graph = Graph.from_edges([1.0] * 3, [1.0] * 3, [(0, 1), (1, 2), (0, 2)])
-    state = _State.of(graph)
+    state = _State.of(graph, colocated=False)
     assert not state.can_merge(0, 2)
     assert state.can_merge(0, 1) and state.can_merge(1, 2)
 
@@ -133,9 +133,30 @@ def test_colocated_chain_merges():
     np.testing.assert_array_equal(g.graph.cost, [6.0, 4.0])
 
 
-def test_colocation_around_an_outside_op_raises():
-    with pytest.raises(ValueError, match="co-location group 7"):
-        group(coloc_graph([7, -1, 7, -1]))
+def test_colocation_around_an_outside_op_stays_two_tied_nodes():
+    # 0 -> 1 -> 2 with 0 and 2 co-located: one node would be a cycle with 1, so they stay apart
+    # and keep their class, which the agent and every placer read as a tie.
+    g = group(coloc_graph([7, -1, 7, -1]))
+    np.testing.assert_array_equal(g.op_to_group, [0, 1, 2, 3])
+    np.testing.assert_array_equal(g.graph.colocation, [7, -1, 7, -1])
+    np.testing.assert_array_equal(g.graph.colocation_classes, [0, 1, 0, 2])
+    # A target counts decisions (tied groups once): 3 here, so target=2 needs one merge.
+    two = group(coloc_graph([7, -1, 7, -1]), target=2)
+    decision = two.graph.colocation_classes[two.op_to_group]
+    assert decision.max() + 1 == 2 and decision[0] == decision[2]
+
+
+def test_a_merge_across_classes_ties_them_transitively():
+    # 0 -> 1 -> 2 -> 3, 4 alone; classes {0, 2} and {1, 3} cannot merge (an op between), but
+    # the scope step merges 0 and 1, so the groups {0, 1}, {2} and {3} are one tie.
+    graph = Graph.from_edges(
+        [1.0] * 5, [1.0] * 5, [(0, 1), (1, 2), (2, 3)],
+        names=["s/x", "s/y", "t/x", "u/x", "v/x"], colocation=[5, 6, 5, 6, -1],
+    )  # fmt: skip
+    g = group(graph, scope_depth=1)
+    np.testing.assert_array_equal(g.op_to_group, [0, 0, 1, 2, 3])
+    np.testing.assert_array_equal(g.graph.colocation, [0, 0, 0, -1])
+    np.testing.assert_array_equal(g.graph.colocation_classes, [0, 0, 0, 1])
 
 
 def test_expand_single_and_batched():

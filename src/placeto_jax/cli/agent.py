@@ -201,13 +201,18 @@ def _place(args: argparse.Namespace) -> int:
         print(json.dumps(policy_json(result, cluster)))
         return 0
     print(
-        f"graph    {result.graph}: placed as {result.n_nodes} nodes by the policy in "
-        f"{args.checkpoint}"
+        f"graph    {result.graph}: placed as {result.n_nodes} nodes{_tied(result)} by the "
+        f"policy in {args.checkpoint}"
     )
     print(devices_line(cluster) + "\n")
     print(policy_table(result))
     _after_placing(result.fits_memory, args.output)
     return 0
+
+
+def _tied(result) -> str:
+    """", N decisions" when co-location ties some nodes together, else nothing."""
+    return "" if result.n_units == result.n_nodes else f" ({result.n_units} decisions)"
 
 
 def _place_method(args: argparse.Namespace) -> int:

@@ -273,6 +273,7 @@ def policy_json(r: Placement, cluster: Cluster) -> dict:
         "peak_memory_bytes": np.asarray(r.peak_memory).tolist(),
         "fits_memory": r.fits_memory,
         "nodes": r.n_nodes,
+        "decisions": r.n_units,
         "evaluations": r.evaluations,
         "placement": r.placement.tolist(),
     }

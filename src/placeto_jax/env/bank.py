@@ -25,6 +25,11 @@ class PlacementGraph:
     op_graph: Graph | None = None
     op_to_group: np.ndarray | None = None  # [N_ops] int64 node of `graph` holding each op
 
+    @property
+    def n_units(self) -> int:
+        """Decisions per pass: the nodes of `graph`, tied nodes counted once."""
+        return int(self.graph.colocation_classes.max()) + 1
+
     def expand(self, placement: np.ndarray) -> np.ndarray:
         """[N_ops] device per op of the op graph (the placement itself if not coarsened)."""
         placement = np.asarray(placement)
@@ -35,7 +40,8 @@ def prepare(
     name: str, graph: Graph, group_target: int = 0, op_overhead_us: float = 0.0
 ) -> PlacementGraph:
     """Coarsen `graph` to at most `group_target` nodes (0: keep every op), always merging
-    co-located ops, which the agent places as one node.
+    co-located ops where that keeps a DAG; the pieces of a class that cannot be one node stay
+    tied (the grouped graph's `colocation`), and the agent places them with one decision.
 
     A group of k ops runs as k kernels, each followed by the cluster's per-op overhead (its
     `delta1`); the group pays the k - 1 overheads inside it in its cost (`op_overhead_us` each),
@@ -66,14 +72,19 @@ class Bank:
     cost: np.ndarray  # [G, N] float µs
     out_bytes: np.ndarray  # [G, N] float bytes
     memory: np.ndarray  # [G, N] float bytes, parameters + output
-    order: np.ndarray  # [G, N] int32 topological order of the real nodes, then padding nodes
+    unit: np.ndarray  # [G, N] int32 decision unit of each node (padding node i: unit i)
+    n_units: np.ndarray  # [G] int32 decision units (the agent's steps per pass)
+    order: np.ndarray  # [G, N] int32 units in topological order of their first node, then the
+    #                    ids n_units..N-1 (unit ids of padding nodes, or of no node)
     senders: np.ndarray  # [G, E] int32 producer of each edge (0 for padding edges)
     receivers: np.ndarray  # [G, E] int32 consumer
     edge_mask: np.ndarray  # [G, E] bool, real edges
     depth: np.ndarray  # [G, N] int32 longest path from a source (0 for padding nodes)
     height: np.ndarray  # [G, N] int32 longest path to a sink (0 for padding nodes)
-    ancestors: np.ndarray  # [G, N, N/8] uint8 packed rows (NumPy `packbits` order)
-    descendants: np.ndarray  # [G, N, N/8] uint8 packed rows
+    ancestors: np.ndarray  # [G, N, N/8] uint8 packed, row u: the nodes outside unit u that
+    #                        reach one of its nodes (NumPy `packbits` order)
+    descendants: np.ndarray  # [G, N, N/8] uint8 packed, row u: the nodes outside unit u that
+    #                          one of its nodes reaches
 
     @property
     def n_graphs(self) -> int:
@@ -142,7 +153,11 @@ def _graph_arrays(graph: Graph, n_pad: int, n_edges: int) -> dict[str, np.ndarra
         out[:n] = values
         return out
 
-    order = np.concatenate([graph.topological_order, np.arange(n, n_pad)]).astype(np.int32)
+    unit = graph.colocation_classes  # nodes tied by co-location: one decision
+    n_units = int(unit.max()) + 1
+    first_seen = np.unique(unit[graph.topological_order], return_index=True)[1]
+    unit_order = unit[graph.topological_order][np.sort(first_seen)]
+    order = np.concatenate([unit_order, np.arange(n_units, n_pad)]).astype(np.int32)
     senders = np.zeros(n_edges, dtype=np.int32)
     receivers = np.zeros(n_edges, dtype=np.int32)
     senders[: graph.n_edges] = graph.edges[:, 0]
@@ -151,15 +166,31 @@ def _graph_arrays(graph: Graph, n_pad: int, n_edges: int) -> dict[str, np.ndarra
         "cost": pad(graph.cost, np.float64),
         "out_bytes": pad(graph.out_bytes, np.float64),
         "memory": pad(graph.param_bytes + graph.out_bytes, np.float64),
+        "unit": np.concatenate([unit, np.arange(n, n_pad)]).astype(np.int32),
+        "n_units": np.int32(n_units),
         "order": order,
         "senders": senders,
         "receivers": receivers,
         "edge_mask": np.arange(n_edges) < graph.n_edges,
         "depth": pad(graph.depth, np.int32),
         "height": pad(_height(graph), np.int32),
-        "ancestors": _pad_packed(graph.ancestors_packed, n_pad),
-        "descendants": _pad_packed(graph.descendants_packed, n_pad),
+        "ancestors": _pad_packed(_unit_rows(graph.ancestors_packed, unit), n_pad),
+        "descendants": _pad_packed(_unit_rows(graph.descendants_packed, unit), n_pad),
     }
+
+
+def _unit_rows(rows: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """[U, ceil(N/8)] packed rows per unit from per-node rows [N, ceil(N/8)]: the union over the
+    unit's nodes, without the unit's own nodes (which may reach each other)."""
+    n_units = int(unit.max()) + 1
+    if n_units == unit.size:
+        return rows
+    n = unit.size
+    dense = np.unpackbits(rows, axis=1, count=n).astype(bool)
+    out = np.zeros((n_units, n), dtype=bool)
+    np.logical_or.at(out, unit, dense)
+    out[unit, np.arange(n)] = False
+    return np.packbits(out, axis=1)
 
 
 def _height(graph: Graph) -> np.ndarray:

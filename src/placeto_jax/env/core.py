@@ -5,6 +5,10 @@ compiled `reset`/`step` serves every graph of a bank, and batches come from `jax
 
 Contract (one episode on graph g of the bank, N padded nodes, n real ones, D devices):
 
+The agent decides per **unit**: a node, or the nodes that co-location ties to one device
+(`Bank.unit`; docs/agent.md). An episode visits the units, and a decision moves all of a
+unit's nodes; the graph that is simulated stays the bank's DAG of nodes.
+
 Every function takes its arguments in gymnax's order: the key first, then state and action, then
 `env_params`. Which graph an episode plays is data: `env_params.graph` for `reset` (set it with
 `env_params.on_graph(g)`, also under `vmap`), then `state.graph`.
@@ -13,21 +17,22 @@ Every function takes its arguments in gymnax's order: the key first, then state 
   episode, one fixed random placement per graph, or everything on device 0 (`initial_placement`);
   it is simulated once, and the episode's runtime scale is that initial runtime.
 - **observation** (`Observation`): `features` [N, d] float with d = 5 + D (+1 with the memory
-  feature): cost / max cost, output bytes / max, times this node was placed in the episode, a
-  current-node flag, start time in the latest simulation minus the current node's, divided by the
-  largest such gap, one-hot of the current device (memory bytes / max). `node` [] the current
-  node; `ancestors`, `descendants` [N] bool of the current node; `node_mask` [N] real nodes;
-  `placement` [N]; `action_mask` [D] allowed devices (all, unless `mask_out_of_memory` and some
-  device would overflow); `senders`, `receivers`, `edge_mask` [E] and `depth`, `height` [N]: the
-  graph's structure for message passing.
+  feature): cost / max cost, output bytes / max, times this node's unit was placed in the
+  episode, a current-unit flag, start time in the latest simulation minus the current unit's
+  earliest, divided by the largest such gap, one-hot of the current device (memory bytes / max).
+  `unit` [] the current unit and `current` [N] bool its nodes; `ancestors`, `descendants` [N]
+  bool: the nodes outside the unit that reach (are reached from) one of its nodes; `node_mask`
+  [N] real nodes; `placement` [N]; `action_mask` [D] allowed devices (all, unless
+  `mask_out_of_memory` and some device would overflow); `senders`, `receivers`, `edge_mask` [E]
+  and `depth`, `height` [N]: the graph's structure for message passing.
 - **step(key, state, action, env_params)** -> (state, observation, reward, done) (the key is
-  unused: the step is deterministic). Puts the current node
-  on device `action` ([] int), simulates the whole placement and moves to the next node of the
+  unused: the step is deterministic). Puts the current unit's nodes
+  on device `action` ([] int), simulates the whole placement and moves to the next unit of the
   traversal order (topological or a random permutation per episode), `passes` times over the
-  nodes. reward = runtime before - runtime after, where runtime = makespan in seconds + memory
+  units. reward = runtime before - runtime after, where runtime = makespan in seconds + memory
   penalty (`memory_penalty` s per GB that the fullest device's peak exceeds its memory, at most
   `memory_penalty_cap`), divided by the initial runtime when `normalize == "initial"`. The episode
-  ends after passes * n steps; later steps change nothing and reward 0 (`done` is True).
+  ends after passes * (units of g) steps; later steps change nothing and reward 0 (`done` is True).
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ class DeviceBank:
     """`Bank` arrays on the device, stacked over G graphs."""
 
     n_nodes: jax.Array  # [G] int32
+    n_units: jax.Array  # [G] int32 decision units
+    unit: jax.Array  # [G, N] int32 unit of each node
     sim: SimGraph  # fields [G, ...]
     op_sim: SimGraph | None  # fields [G, ...] of the op graphs, or None
     op_to_group: jax.Array | None  # [G, N_ops_pad] int32
@@ -76,6 +83,8 @@ class DeviceBank:
 
         return cls(
             n_nodes=jnp.asarray(bank.n_nodes, jnp.int32),
+            n_units=jnp.asarray(bank.n_units, jnp.int32),
+            unit=jnp.asarray(bank.unit, jnp.int32),
             sim=SimGraph.from_padded(bank.sim, float_dtype),  # fields stacked over graphs
             op_sim=None if bank.op_sim is None else SimGraph.from_padded(bank.op_sim, float_dtype),
             op_to_group=None if bank.op_to_group is None else jnp.asarray(bank.op_to_group),
@@ -123,7 +132,7 @@ class EnvParams:
 @dataclasses.dataclass(frozen=True)
 class EnvState:
     graph: jax.Array  # [] int32 index into the bank
-    order: jax.Array  # [N] int32 traversal order, real nodes first
+    order: jax.Array  # [N] int32 traversal order of units, real units first
     t: jax.Array  # [] int32 steps taken
     placement: jax.Array  # [N] int32 device per node
     start: jax.Array  # [N] float µs, start times in the latest simulation
@@ -156,10 +165,11 @@ class EnvState:
 
 class Observation(NamedTuple):
     features: jax.Array  # [N, d] float
-    node: jax.Array  # [] int32 current node
+    unit: jax.Array  # [] int32 current unit
+    current: jax.Array  # [N] bool nodes of the current unit
     node_mask: jax.Array  # [N] bool real nodes
-    ancestors: jax.Array  # [N] bool ancestors of the current node
-    descendants: jax.Array  # [N] bool descendants of the current node
+    ancestors: jax.Array  # [N] bool nodes outside the current unit that reach it
+    descendants: jax.Array  # [N] bool nodes outside the current unit that it reaches
     placement: jax.Array  # [N] int32
     action_mask: jax.Array  # [D] bool
     senders: jax.Array  # [E] int32
@@ -202,22 +212,21 @@ class PlacetoEnv:
 
     # ------------------------------------------------------------------ episode
     def n_steps(self, graph: jax.Array, env_params: EnvParams) -> jax.Array:
-        """[] int32 steps in an episode on `graph`."""
-        return self.config.passes * env_params.bank.n_nodes[graph]
+        """[] int32 steps in an episode on `graph`: one per unit and pass."""
+        return self.config.passes * env_params.bank.n_units[graph]
 
     def reset(self, key: jax.Array, env_params: EnvParams) -> tuple[EnvState, Observation]:
         bank = env_params.bank
         graph = env_params.graph
         n_pad = bank.order.shape[1]
         k_order, k_place = jax.random.split(key)
-        n = bank.n_nodes[graph]
-        valid = jnp.arange(n_pad) < n
+        valid = jnp.arange(n_pad) < bank.n_units[graph]
         if self.config.traversal == "random":
             shuffled = jax.random.permutation(k_order, n_pad)
             order = shuffled[jnp.argsort(~valid[shuffled], stable=True)].astype(jnp.int32)
         else:
             order = bank.order[graph]
-        placement = self._initial_placement(k_place, graph, n_pad)
+        placement = self._initial_placement(k_place, graph, n_pad)[bank.unit[graph]]
         makespan, peak, start = self._simulate(graph, placement, env_params)
         raw = self._runtime_s(makespan, peak, env_params)
         scale = raw if self.config.normalize == "initial" else jnp.ones_like(raw)
@@ -242,10 +251,8 @@ class PlacetoEnv:
     ) -> tuple[EnvState, Observation, jax.Array, jax.Array]:
         del key  # the step is deterministic
         active = state.t < self.n_steps(state.graph, env_params)
-        node = self.current_node(state, env_params)
-        placement = jnp.where(
-            active, state.placement.at[node].set(action.astype(jnp.int32)), state.placement
-        )
+        moved = active & (env_params.bank.unit[state.graph] == self.current_unit(state, env_params))
+        placement = jnp.where(moved, action.astype(jnp.int32), state.placement)
         makespan, peak, start = self._simulate(state.graph, placement, env_params)
         runtime = self._runtime_s(makespan, peak, env_params) / state.scale
         better = active & (runtime < state.best_runtime)
@@ -266,8 +273,9 @@ class PlacetoEnv:
         done = new.t >= self.n_steps(state.graph, env_params)
         return new, self.observe(new, env_params), reward, done
 
-    def current_node(self, state: EnvState, env_params: EnvParams) -> jax.Array:
-        n = env_params.bank.n_nodes[state.graph]
+    def current_unit(self, state: EnvState, env_params: EnvParams) -> jax.Array:
+        """[] int32 the unit that step `state.t` places."""
+        n = env_params.bank.n_units[state.graph]
         return state.order[state.t % jnp.maximum(n, 1)]
 
     # ------------------------------------------------------------------ observation
@@ -283,20 +291,22 @@ class PlacetoEnv:
             state.start,
         )
         n_pad = order.shape[0]
-        n = jnp.maximum(bank.n_nodes[graph], 1)
+        n = jnp.maximum(bank.n_units[graph], 1)
         node_mask = jnp.arange(n_pad) < bank.n_nodes[graph]
-        node = order[t % n]
+        unit_of = bank.unit[graph]
+        unit = order[t % n]
+        current = node_mask & (unit_of == unit)
         position = jnp.zeros(n_pad, jnp.int32).at[order].set(jnp.arange(n_pad, dtype=jnp.int32))
         visits = jnp.minimum(t, self.n_steps(graph, env_params))
-        placed = (visits // n + (position < visits % n)).astype(start.dtype)
-        gap = jnp.where(node_mask, start - start[node], 0.0)
+        placed = (visits // n + (position[unit_of] < visits % n)).astype(start.dtype)
+        gap = jnp.where(node_mask, start - jnp.min(jnp.where(current, start, jnp.inf)), 0.0)
         gap = gap / jnp.maximum(jnp.max(jnp.abs(gap)), 1e-9)
         one_hot = jax.nn.one_hot(placement, self.n_devices, dtype=start.dtype)
         columns = [
             bank.cost_feature[graph],
             bank.bytes_feature[graph],
             placed,
-            (jnp.arange(n_pad) == node).astype(start.dtype),
+            current.astype(start.dtype),
             gap,
         ]
         if self.config.memory_feature:
@@ -305,12 +315,13 @@ class PlacetoEnv:
         features = jnp.where(node_mask[:, None], features, 0.0)
         return Observation(
             features=features,
-            node=node,
+            unit=unit,
+            current=current,
             node_mask=node_mask,
-            ancestors=_unpack_row(bank.ancestors[graph, node], n_pad),
-            descendants=_unpack_row(bank.descendants[graph, node], n_pad),
+            ancestors=_unpack_row(bank.ancestors[graph, unit], n_pad),
+            descendants=_unpack_row(bank.descendants[graph, unit], n_pad),
             placement=placement,
-            action_mask=self._action_mask(graph, placement, node, node_mask, env_params),
+            action_mask=self._action_mask(graph, placement, current, node_mask, env_params),
             senders=bank.senders[graph],
             receivers=bank.receivers[graph],
             edge_mask=bank.edge_mask[graph],
@@ -318,17 +329,19 @@ class PlacetoEnv:
             height=bank.height[graph],
         )
 
-    def _action_mask(self, graph, placement, node, node_mask, env_params) -> jax.Array:
+    def _action_mask(self, graph, placement, current, node_mask, env_params) -> jax.Array:
+        """[D] bool: the devices that hold the current unit's nodes next to the others."""
         if not self.config.mask_out_of_memory:
             return jnp.ones(self.n_devices, bool)
         memory = env_params.bank.memory[graph]
-        memory = jnp.where(node_mask & (jnp.arange(node_mask.shape[0]) != node), memory, 0.0)
-        used = jax.ops.segment_sum(memory, placement, self.n_devices)  # [D] bytes
-        fits = used + env_params.bank.memory[graph, node] <= env_params.capacity
+        others = jnp.where(node_mask & ~current, memory, 0.0)
+        used = jax.ops.segment_sum(others, placement, self.n_devices)  # [D] bytes
+        fits = used + jnp.sum(jnp.where(current, memory, 0.0)) <= env_params.capacity
         return jnp.where(jnp.any(fits), fits, True)
 
     # ------------------------------------------------------------------ simulation
     def _initial_placement(self, key: jax.Array, graph: jax.Array, n_pad: int) -> jax.Array:
+        """[N] int32 device per unit id (nodes take their unit's)."""
         kind = self.config.initial_placement
         if kind == "single":
             return jnp.zeros(n_pad, jnp.int32)

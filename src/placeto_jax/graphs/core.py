@@ -108,6 +108,18 @@ class Graph:
     def in_degree(self) -> np.ndarray:  # [N] int64
         return np.diff(self._parents_csr[0])
 
+    # ------------------------------------------------------------------ co-location
+    @functools.cached_property
+    def colocation_classes(self) -> np.ndarray:
+        """[N] int64 class of each op: ops sharing a `colocation` id >= 0 share one, every other
+        op is its own; classes are numbered by their smallest op index."""
+        if self.colocation is None:
+            return np.arange(self.n_ops, dtype=np.int64)
+        key = np.where(self.colocation >= 0, self.colocation, -1 - np.arange(self.n_ops))
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first))
+        return rank[inverse.ravel()].astype(np.int64)
+
     # ------------------------------------------------------------------ order
     @functools.cached_property
     def topological_order(self) -> np.ndarray:

@@ -3,8 +3,11 @@
 Host-side NumPy. `group` merges in three steps, each merge checked against the current group
 graph so that the grouped graph never has a cycle:
 
-1. co-location: ops sharing a `colocation` id >= 0 are merged (members in topological order);
-   when a merge would create a cycle, `ValueError` names the co-location group.
+1. co-location: ops sharing a `colocation` id >= 0 are merged where that keeps a DAG: members,
+   in topological order, join the first piece of their class they can join without a cycle,
+   else start a new piece. A training graph's weight and the ops that update it have the
+   forward and backward pass between them, so such a class stays in several pieces, and the
+   grouped graph ties them (below).
 2. scope: with `scope_depth=d`, ops whose names share the first d components of their
    `/`-separated path are merged (a name with at most d components is its own scope; JAX
    transformation wrappers are ignored, so `jvp(Net)/fc` and `transpose(jvp(Net))/fc` share
@@ -13,7 +16,8 @@ graph so that the grouped graph never has a cycle:
    a cycle, else they start a new piece: a scope is split only where data leaves it and comes
    back. Mutually parallel ops of a scope are merged too, which serialises them (a layer's
    input and weight gradients); the zoo leaves this step out.
-3. target: rounds of merges until at most `target` groups remain, ranked by the group graph's
+3. target: rounds of merges until at most `target` decisions remain (groups, those tied to one
+   device counted once; see "Ties"; without co-location, groups), ranked by the group graph's
    critical path (longest path by cost) after the merge, so that parallel branches stay apart.
    Candidates are the group edges (producer into consumer) and pairs of sinks (sources) next
    to each other in start (finish) time. A merged group starts when its last producer
@@ -36,7 +40,13 @@ one after another on one device); out_bytes sums the outputs of members that hav
 outside the group or no consumer at all (the data that leaves the group); an edge joins two
 groups with an op edge between them; a group's name is its members' common name path prefix
 (made unique with `_1`, `_2`, ...; a one-op group keeps its op's name); its op type is the most
-common member type (the first in op order on a tie); co-location is dropped.
+common member type (the first in op order on a tie).
+
+Ties: groups that must share a device without being one node carry one `colocation` id in the
+grouped graph (-1 for a group tied to no other). Two groups are tied when they hold ops of one
+co-location class, directly or through a chain of such classes (a target merge of ops of two
+classes ties both). Tie ids number the tied sets by their smallest group; when no set has two
+groups, the grouped graph's `colocation` is None.
 """
 
 from __future__ import annotations
@@ -85,13 +95,14 @@ def group(
 ) -> Grouping:
     """Coarsen `graph` (see the module docstring for the steps, the cycle check and how group
     fields are aggregated). Raises `ValueError` for a negative `scope_depth`, a `target` below 1,
-    or a co-location group whose members cannot be merged without a cycle."""
+    (co-location classes never raise: see "Ties")."""
     if scope_depth is not None and scope_depth < 0:
         raise ValueError(f"scope_depth must be >= 0, got {scope_depth}")
     if target is not None and target < 1:
         raise ValueError(f"target must be >= 1, got {target}")
-    state = _State.of(graph)
-    if respect_colocation and graph.colocation is not None:
+    colocated = respect_colocation and graph.colocation is not None
+    state = _State.of(graph, colocated)
+    if colocated:
         _merge_colocated(state, graph)
     if scope_depth is not None:
         _merge_scopes(state, graph, scope_depth)
@@ -100,27 +111,49 @@ def group(
     op_to_group = _relabel(state.slot)
     if np.array_equal(op_to_group, np.arange(graph.n_ops)):
         return Grouping(graph, op_to_group)
-    return Grouping(_grouped_graph(graph, op_to_group), op_to_group)
+    ties = _ties(state, op_to_group) if colocated else None
+    return Grouping(_grouped_graph(graph, op_to_group, ties), op_to_group)
 
 
 # ---------------------------------------------------------------------- merge state
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _State:
-    """Groups while merging. A group lives in the slot of one of its member ops."""
+    """Groups while merging (mutated in place). A group lives in the slot of one of its member
+    ops; decisions are the sets of groups tied by co-location (union-find over op classes)."""
 
     slot: np.ndarray  # [N] int64, slot of every op's group
     members: dict[int, list[int]]  # slot -> member ops
     reach: np.ndarray  # [N, ceil(N/8)] uint8, bit b of row a: group b reachable from group a
+    op_class: np.ndarray  # [N] int64 co-location class of every op (its own when none)
+    tie: np.ndarray  # [C] int64 union-find parent of every class
+    n_decisions: int  # distinct tie roots over the groups
 
     @classmethod
-    def of(cls, graph: Graph) -> _State:
+    def of(cls, graph: Graph, colocated: bool) -> _State:
         n = graph.n_ops
         members = {v: [v] for v in range(n)}
-        return cls(np.arange(n, dtype=np.int64), members, graph.descendants_packed.copy())
+        op_class = graph.colocation_classes if colocated else np.arange(n, dtype=np.int64)
+        n_classes = int(op_class.max()) + 1
+        return cls(
+            slot=np.arange(n, dtype=np.int64),
+            members=members,
+            reach=graph.descendants_packed.copy(),
+            op_class=op_class,
+            tie=np.arange(n_classes, dtype=np.int64),
+            n_decisions=n_classes,
+        )
 
     @property
     def n_groups(self) -> int:
         return len(self.members)
+
+    def tie_root(self, op: int) -> int:
+        """The root class of the decision that op belongs to."""
+        c = int(self.op_class[op])
+        while self.tie[c] != c:
+            self.tie[c] = self.tie[self.tie[c]]
+            c = int(self.tie[c])
+        return c
 
     def _column(self, b: int) -> np.ndarray:  # [N] bool, the groups that reach group b
         return (self.reach[:, b >> 3] >> (7 - (b & 7)) & 1).astype(bool)
@@ -149,6 +182,10 @@ class _State:
         self.reach[:, gone >> 3] &= ~np.uint8(1 << (7 - (gone & 7)))
         self.reach[keep] = row
         self.reach[gone] = 0
+        a, b = self.tie_root(keep), self.tie_root(gone)
+        if a != b:
+            self.tie[max(a, b)] = min(a, b)
+            self.n_decisions -= 1
         moved = self.members.pop(gone)
         self.members[keep].extend(moved)
         self.slot[moved] = keep
@@ -157,22 +194,28 @@ class _State:
 
 # ---------------------------------------------------------------------- the three steps
 def _merge_colocated(state: _State, graph: Graph) -> None:
-    """Merge each co-location group, members in topological order; raise on a cycle."""
+    """Merge each co-location class into as few pieces as keep the graph a DAG: members in
+    topological order, each joining the first piece it can join."""
     order = graph.topological_order
     ids = graph.colocation[order]
     for cid in np.unique(ids[ids >= 0]):
-        ops = order[ids == cid]
-        for v in ops[1:]:
-            a, b = int(state.slot[ops[0]]), int(state.slot[v])
-            if a == b:
-                continue
-            if not state.can_merge(a, b):
-                raise ValueError(
-                    f"co-location group {int(cid)} cannot be one group without a cycle: a path "
-                    f"from {graph.names[ops[0]]!r} or {graph.names[v]!r} to the other leaves "
-                    "the group"
-                )
-            state.merge(a, b)
+        pieces: list[int] = []
+        for v in order[ids == cid].tolist():
+            _join_a_piece(state, pieces, v)
+
+
+def _join_a_piece(state: _State, pieces: list[int], v: int) -> None:
+    """Merge op v's group into the first of `pieces` (one op of each) it can join without a
+    cycle; when it can join none, v starts a new piece (appended to `pieces`)."""
+    own = int(state.slot[v])
+    slots = [int(state.slot[p]) for p in pieces]
+    if own in slots:
+        return
+    joined = next((s for s in slots if state.can_merge(s, own)), None)
+    if joined is None:
+        pieces.append(v)
+    else:
+        state.merge(joined, own)
 
 
 _TRANSFORM = re.compile(r"^[A-Za-z_]\w*\((.*)\)$")  # e.g. transpose(jvp(Block))
@@ -193,17 +236,8 @@ def _scope(name: str, depth: int) -> str:
 def _merge_scopes(state: _State, graph: Graph, depth: int) -> None:
     """Merge ops by scope; a member that cannot join a piece of its scope starts a new one."""
     pieces: dict[str, list[int]] = {}
-    for v in graph.topological_order:
-        key = _scope(graph.names[v], depth)
-        own = int(state.slot[v])
-        slots = [int(state.slot[p]) for p in pieces.setdefault(key, [])]
-        if own in slots:
-            continue
-        joined = next((s for s in slots if state.can_merge(s, own)), None)
-        if joined is None:
-            pieces[key].append(int(v))
-        else:
-            state.merge(joined, own)
+    for v in graph.topological_order.tolist():
+        _join_a_piece(state, pieces.setdefault(_scope(graph.names[v], depth), []), v)
 
 
 def _merge_to_target(state: _State, graph: Graph, target: int) -> None:
@@ -212,7 +246,7 @@ def _merge_to_target(state: _State, graph: Graph, target: int) -> None:
     lengthen no path through their groups, and only when there are none, merges that do: at most
     `ROUND_SHARE` of the groups (at least one), as they use up the slack the others were ranked
     by."""
-    while state.n_groups > target:
+    while state.n_decisions > target:
         pairs, longer = _candidates(state, graph)
         if pairs.size == 0:
             _pair_cheapest(state, graph, target)
@@ -226,7 +260,7 @@ def _merge_round(state: _State, pairs: np.ndarray, target: int, limit: int) -> i
     groups; return the number of merges."""
     used: set[int] = set()
     for a, b in pairs.tolist():
-        if len(used) == 2 * limit or state.n_groups <= target:
+        if len(used) == 2 * limit or state.n_decisions <= target:
             break
         if a not in used and b not in used and state.can_merge(a, b):
             used.update((a, b))
@@ -334,7 +368,7 @@ def _max_but(keys: np.ndarray, others: np.ndarray, values: np.ndarray, n: int):
 
 def _pair_cheapest(state: _State, graph: Graph, target: int) -> None:
     """With no edges between groups every merge is safe: merge the cheapest two, repeatedly."""
-    while state.n_groups > target:
+    while state.n_decisions > target:
         slots = sorted(state.members, key=lambda s: (graph.cost[state.members[s]].sum(), s))
         state.merge(slots[0], slots[1])
 
@@ -347,7 +381,22 @@ def _relabel(slot: np.ndarray) -> np.ndarray:
     return rank[inverse.ravel()].astype(np.int64)
 
 
-def _grouped_graph(graph: Graph, op_to_group: np.ndarray) -> Graph:
+def _ties(state: _State, op_to_group: np.ndarray) -> np.ndarray | None:
+    """[G] int64 tie id per group (-1: tied to no other group), or None when nothing is tied:
+    groups whose ops' classes the merges joined (`_State.tie`) are tied."""
+    n_groups = int(op_to_group.max()) + 1
+    roots = np.zeros(n_groups, dtype=np.int64)
+    roots[op_to_group] = [state.tie_root(v) for v in range(op_to_group.size)]
+    size = np.bincount(roots, minlength=state.tie.size)
+    tied = size[roots] > 1
+    if not tied.any():
+        return None
+    ids = np.full(n_groups, -1, dtype=np.int64)
+    ids[tied] = np.unique(roots[tied], return_inverse=True)[1].ravel()
+    return ids
+
+
+def _grouped_graph(graph: Graph, op_to_group: np.ndarray, ties: np.ndarray | None) -> Graph:
     n_groups = int(op_to_group.max()) + 1
     src, dst = op_to_group[graph.edges[:, 0]], op_to_group[graph.edges[:, 1]]
     crossing = src != dst
@@ -367,6 +416,7 @@ def _grouped_graph(graph: Graph, op_to_group: np.ndarray) -> Graph:
         param_bytes=np.bincount(op_to_group, weights=graph.param_bytes, minlength=n_groups),
         names=_unique([_common_prefix([graph.names[v] for v in ops]) for ops in members]),
         op_types=op_types,
+        colocation=ties,
     )
 
 

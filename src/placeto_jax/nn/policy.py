@@ -1,5 +1,9 @@
 """Placeto's policy network (Flax Linen): node transform, message passing in both directions,
-pooling over the current node's ancestors, descendants and parallel nodes, and a device head.
+pooling over the current unit's ancestors, descendants and parallel nodes, and a device head.
+
+A unit is the node the step places, or the nodes co-location ties to it (docs/agent.md): its
+embedding is the mean over its nodes, and a node outside it that is both an ancestor and a
+descendant (between a weight and its update) is pooled in both sets.
 
 It has no per-node parameters, so one set of weights applies to graphs of any size; padding nodes
 and edges are masked out of every sum, so the logits do not depend on the padded size.
@@ -115,7 +119,7 @@ class Pool(nn.Module):
 
 
 class PlacetoPolicy(nn.Module):
-    """Logits [D] over devices for the current node of one observation."""
+    """Logits [D] over devices for the current unit of one observation."""
 
     config: PolicyConfig
     n_devices: int
@@ -146,8 +150,7 @@ class PlacetoPolicy(nn.Module):
                 ],
                 axis=1,
             )
-        node = jnp.arange(z.shape[0]) == obs.node
-        parallel = obs.node_mask & ~obs.ancestors & ~obs.descendants & ~node
+        parallel = obs.node_mask & ~obs.ancestors & ~obs.descendants & ~obs.current
         n_nodes = obs.node_mask.sum()
         sets = {
             "ancestors": obs.ancestors & obs.node_mask,
@@ -162,7 +165,8 @@ class PlacetoPolicy(nn.Module):
             )(z, mask, obs.placement, n_nodes)
             for name, mask in sets.items()
         ]
-        current = z[obs.node]
+        current = jnp.sum(jnp.where(obs.current[:, None], z, 0.0), axis=0)
+        current = current / jnp.maximum(jnp.sum(obs.current), 1)
         head = cfg.head_widths or (16 * d, 8 * d)
         # Small initial logits: an untrained policy is close to uniform over the devices.
         x = Mlp((*head, self.n_devices), last_scale=0.01, name="head")(

@@ -46,11 +46,8 @@ def metis(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) ->
 
 def _contract(graph: Graph) -> tuple[np.ndarray, int]:
     """([N] vertex of each op, vertex count): co-located ops share one vertex."""
-    if graph.colocation is None:
-        return np.arange(graph.n_ops), graph.n_ops
-    key = np.where(graph.colocation >= 0, graph.colocation, -1 - np.arange(graph.n_ops))
-    _, vertex_of = np.unique(key, return_inverse=True)
-    return vertex_of.astype(np.int64), int(vertex_of.max()) + 1
+    vertex_of = graph.colocation_classes
+    return vertex_of, int(vertex_of.max()) + 1
 
 
 def _adjacency(graph: Graph, vertex_of: np.ndarray, n: int):

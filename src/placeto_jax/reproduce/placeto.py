@@ -80,7 +80,7 @@ class PlacetoBench:
         """Greedy episode on graph `i`, ranked on the op graph (as `placeto-jax place` does)."""
         out = jax.device_get(self.run.greedy(params, self.graph_env_params(i)))
         pg = self.graphs[i]
-        steps = self.config.env.passes * pg.graph.n_ops + 1
+        steps = self.config.env.passes * pg.n_units + 1
         return rank_visited(pg, self.cluster, np.asarray(out["visited"][:steps, 0]))
 
     def fit(

@@ -221,7 +221,7 @@ def greedy_placements(
     visit = jax.jit(jax.vmap(lambda p: run.greedy(p, run.env_params)["visited"]))
     visited = np.asarray(visit(params))  # [K, T + 1, G, N] int8
     passes = run.trainer.config.env.passes
-    steps = [passes * pg.graph.n_ops + 1 for pg in graphs]
+    steps = [passes * pg.n_units + 1 for pg in graphs]
     return [
         [rank_visited(pg, cluster, one[: steps[i], i]) for i, pg in enumerate(graphs)]
         for one in visited

@@ -34,6 +34,7 @@ class Placement:
     peak_memory: np.ndarray  # [D] bytes
     fits_memory: bool
     n_nodes: int  # nodes the policy placed (groups when coarsened)
+    n_units: int  # decisions per pass (nodes, those tied by co-location counted once)
     evaluations: int  # placements simulated on the op graph to choose the returned one
 
 
@@ -45,7 +46,7 @@ def place_graphs(
     out = jax.device_get(run.greedy(params, run.env_params))
     steps = config.env.passes
     return [
-        rank_visited(pg, cluster, np.asarray(out["visited"][: steps * pg.graph.n_ops + 1, i]))
+        rank_visited(pg, cluster, np.asarray(out["visited"][: steps * pg.n_units + 1, i]))
         for i, pg in enumerate(graphs)
     ]
 
@@ -74,5 +75,6 @@ def rank_visited(pg: PlacementGraph, cluster: Cluster, visited: np.ndarray) -> P
         peak_memory=np.asarray(runs.peak_memory[best]),
         fits_memory=bool(fits[best]),
         n_nodes=n,
+        n_units=pg.n_units,
         evaluations=len(visited),
     )

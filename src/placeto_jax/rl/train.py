@@ -92,7 +92,7 @@ class Trainer:
     env: PlacetoEnv
     policy: PlacetoPolicy
     n_graphs: int  # G, graphs of the bank (rows of the baseline windows)
-    n_steps: int  # T, steps per episode (the bank's largest graph x passes)
+    n_steps: int  # T, steps per episode (the bank's most decision units x passes)
     n_pad: int
     optimizer: optax.GradientTransformation
     mesh: Mesh | None = None  # episodes sharded over its "episodes" axis
@@ -114,7 +114,7 @@ class Trainer:
             env=env,
             policy=policy,
             n_graphs=bank.n_graphs,
-            n_steps=config.env.passes * int(bank.n_nodes.max()),
+            n_steps=config.env.passes * int(bank.n_units.max()),
             n_pad=bank.n_pad,
             optimizer=optax.chain(
                 optax.clip_by_global_norm(config.train.grad_clip), optax.scale_by_adam()
