@@ -165,14 +165,27 @@ def test_missing_graph_file(capsys, tmp_path):
     assert "layered:N[:SEED]" in err
 
 
+_NOT_A_PLACEMENT = (
+    "expected a placement file: an object of op name -> device, or a list of device indices in "
+    "op order"
+)
+
+
 @pytest.mark.parametrize(
     ("doc", "problem"),
     [
         ([0, 1, 2], "placement has 3 entries; the graph has 4 ops"),
-        ([0, 1, 3, 0], "op 2 (c) is placed on device 3, outside [0, 3)"),
-        ([0, -1, 1, 0], "op 1 (b) is placed on device -1, outside [0, 3)"),
-        ([0, 1.5, 1, 0], 'expected a list of device indices or {"placement": [...]}'),
-        ({"devices": [0, 1, 2, 0]}, 'expected a list of device indices or {"placement": [...]}'),
+        ([0, 1, 3, 0], "op 'c' is placed on device 3, outside [0, 3)"),
+        ([0, -1, 1, 0], "op 'b' is placed on device -1, outside [0, 3)"),
+        ([0, 1.5, 1, 0], _NOT_A_PLACEMENT),
+        ({"devices": [0, 1, 2, 0]}, "op 'devices' is not in the graph (4 ops)"),
+        ({"a": 0, "b": 1, "c": 2}, "1 ops of the graph have no device, e.g. 'd'"),
+        ({"a": 0, "b": 1, "c": 2, "d": "0"}, "op 'd': device must be an integer, got '0'"),
+        (
+            {"format": "placeto-jax-placement", "version": 2, "placement": {}},
+            "expected \"format\": \"placeto-jax-placement\", \"version\": 1; got "
+            "'placeto-jax-placement', version 2",
+        ),
     ],
 )
 def test_bad_placement_file(capsys, tmp_path, doc, problem):
@@ -192,7 +205,7 @@ def test_unreadable_placement_files(capsys, tmp_path):
     err = _error(
         capsys, "simulate", "example:diamond", "--devices", "3", "--placement", str(missing)
     )
-    assert err == f"placeto-jax: error: {missing}: no such placement file\n"
+    assert err == f"placeto-jax: error: {missing}: no such file\n"
 
 
 def test_bad_cluster_arguments(capsys):

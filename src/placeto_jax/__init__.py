@@ -3,6 +3,7 @@
 from placeto_jax import graphs
 from placeto_jax.cluster import PRESETS, Cluster
 from placeto_jax.graphs import Graph, load_graph, resolve_graph, save_graph
+from placeto_jax.graphs.placements import load_placement, save_placement
 from placeto_jax.sim.api import simulate
 from placeto_jax.sim.reference import simulate_reference
 from placeto_jax.sim.result import SimResult
@@ -14,8 +15,10 @@ __all__ = [
     "SimResult",
     "graphs",
     "load_graph",
+    "load_placement",
     "resolve_graph",
     "save_graph",
+    "save_placement",
     "simulate",
     "simulate_reference",
 ]

@@ -32,7 +32,8 @@ from placeto_jax.cli.options import DEFAULT_CLUSTER, add_cluster_option, add_see
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import PRESETS, Config, make_config
 from placeto_jax.env.bank import PlacementGraph, build_bank
-from placeto_jax.files import atomic_write
+from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.placements import save_placement
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import METHODS, run_method
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
@@ -183,20 +184,23 @@ def load_policy(checkpoint: str, config: Config, graphs: list[PlacementGraph]) -
 
 def _placements(
     checkpoint: str, spec: str, devices: int | None, cluster: str | None
-) -> tuple[Cluster, list[Placement]]:
-    """(the cluster placed on, the policy's placement of every graph of `spec`)."""
+) -> tuple[Cluster, list[PlacementGraph], list[Placement]]:
+    """(the cluster placed on, the graphs of `spec` as the agent sees them, the policy's
+    placement of each)."""
     config = run_config(checkpoint, devices, cluster)
     graphs = load_graphs(spec, config)
     params = load_policy(checkpoint, config, graphs)
     on = cluster_of(config)
-    return on, place_graphs(config, params, graphs, on)
+    return on, graphs, place_graphs(config, params, graphs, on)
 
 
 def _place(args: argparse.Namespace) -> int:
     if args.method:
         return _place_method(args)
-    cluster, (result,) = _placements(args.checkpoint, args.graph, args.devices, args.cluster)
-    _write_placement(args.output, result.placement)
+    cluster, (graph,), (result,) = _placements(
+        args.checkpoint, args.graph, args.devices, args.cluster
+    )
+    _write_placement(args.output, graph.op_graph or graph.graph, result.placement, cluster)
     if args.json:
         print(json.dumps(policy_json(result, cluster)))
         return 0
@@ -221,7 +225,7 @@ def _place_method(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
     result = run_method(args.method, graph, cluster, jax.random.key(args.seed), args.budget)
-    _write_placement(args.output, result.placement)
+    _write_placement(args.output, graph, result.placement, cluster)
     if args.json:
         print(json.dumps(method_json(args.graph, result, cluster)))
         return 0
@@ -232,10 +236,12 @@ def _place_method(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_placement(path: str | None, placement: np.ndarray) -> None:
+def _write_placement(
+    path: str | None, graph: Graph, placement: np.ndarray, cluster: Cluster
+) -> None:
+    """Write the op placement to `path` (when given), ops by name."""
     if path:
-        with atomic_write(path) as f:
-            f.write(json.dumps({"placement": np.asarray(placement).tolist()}).encode())
+        save_placement(path, graph, placement, cluster.n_devices)
 
 
 def _after_placing(fits: bool, output: str | None) -> None:
@@ -246,7 +252,7 @@ def _after_placing(fits: bool, output: str | None) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    cluster, results = _placements(args.checkpoint, args.graphs, None, args.cluster)
+    cluster, _, results = _placements(args.checkpoint, args.graphs, None, args.cluster)
     if args.json:
         print(json.dumps([policy_json(r, cluster) for r in results]))
     else:

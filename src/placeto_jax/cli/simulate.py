@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -15,7 +14,7 @@ import placeto_jax as pj
 from placeto_jax.cli.format import DemoRow, batch_text, demo_text, report_json, report_text
 from placeto_jax.cli.options import add_cluster_option, add_seed_option
 from placeto_jax.cluster import Cluster
-from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.placements import load_placement
 from placeto_jax.graphs.registry import BUILTIN_GRAPHS, resolve_graph
 from placeto_jax.placers import PLACERS, random_batch
 from placeto_jax.plotting import gantt
@@ -38,7 +37,7 @@ def add_simulate_commands(commands) -> None:
     source.add_argument(
         "--placement",
         metavar="FILE",
-        help='JSON file: a list of N device indices, or {"placement": [...]}',
+        help="placement file: op name -> device (what `place -o` writes), or a list of N devices",
     )
     source.add_argument(
         "--placer",
@@ -95,35 +94,6 @@ def _simulate(args: argparse.Namespace) -> int:
         if args.gantt:
             print(f"wrote {args.gantt}")
     return 0
-
-
-def load_placement(path: str, graph: Graph, n_devices: int) -> np.ndarray:
-    """[N] int64 from a JSON file holding a list of device indices or {"placement": [...]}."""
-    try:
-        doc = json.loads(Path(path).read_bytes())
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such placement file") from None
-    except OSError as err:
-        raise ValueError(f"{path}: cannot read the placement file ({err.strerror})") from None
-    except (ValueError, RecursionError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
-    if isinstance(doc, dict) and set(doc) == {"placement"}:
-        doc = doc["placement"]
-    if not isinstance(doc, list) or not all(
-        isinstance(x, int) and not isinstance(x, bool) for x in doc
-    ):
-        raise ValueError(f'{path}: expected a list of device indices or {{"placement": [...]}}')
-    if len(doc) != graph.n_ops:
-        raise ValueError(
-            f"{path}: placement has {len(doc)} entries; the graph has {graph.n_ops} ops"
-        )
-    bad = next((v for v, d in enumerate(doc) if not 0 <= d < n_devices), None)
-    if bad is not None:
-        raise ValueError(
-            f"{path}: op {bad} ({graph.names[bad]}) is placed on device {doc[bad]}, "
-            f"outside [0, {n_devices})"
-        )
-    return np.asarray(doc, dtype=np.int64)
 
 
 def _demo(args: argparse.Namespace) -> int:
