@@ -98,10 +98,13 @@ def test_relative_makespans_divide_by_the_best_baseline_of_each_graph():
 
 
 # ---------------------------------------------------------------------- benchmark folder
-def _layer_file(path, fpgas: int, memory: float) -> None:
+def _layer_file(path, fpgas: int, memory: float, training: bool = False) -> None:
+    # training: nodes 3 and 4 are backward, and 4 (an update) is co-located with 0 (its weight)
+    # with a path between them, so the class stays two tied nodes.
     nodes = [
         {"id": i, "supportedOnFpga": 1, "cpuLatency": 1.0, "fpgaLatency": 0.1 * (i + 1),
-         "isBackwardNode": False, "size": 1e6, "name": f"layer{i}"}
+         "isBackwardNode": training and i >= 3, "size": 1e6, "name": f"layer{i}",
+         "colorClass": 7 if training and i in (0, 4) else None}
         for i in range(5)
     ]  # fmt: skip
     edges = [{"sourceId": a, "destId": b, "cost": 0.0, "size": 1e5} for a, b in
@@ -115,7 +118,7 @@ def _layer_file(path, fpgas: int, memory: float) -> None:
 def _data_folder(root):
     _layer_file(root / "latency" / "LayerGraphs" / "tiny_inference.json", 2, 1e9)
     _layer_file(root / "throughput" / "LayerGraphs" / "tiny_training.json", 3, 2e9)
-    _layer_file(root / "throughput" / "OperatorGraphs" / "ops_inference.json", 2, 1e9)
+    _layer_file(root / "throughput" / "OperatorGraphs" / "ops_training.json", 2, 1e9, True)
     experts = root / "human-experts"
     experts.mkdir()
     split = {"fpgas": [{"nodes": [0, 1, 2]}, {"nodes": [3, 4]}]}
@@ -123,28 +126,32 @@ def _data_folder(root):
     return root
 
 
-def test_layer_graphs_take_hardware_and_expert_splits_from_the_files(tmp_path):
-    cases = benchmarks.layer_graphs(_data_folder(tmp_path))
+def test_benchmark_cases_take_hardware_and_expert_splits_from_the_files(tmp_path):
+    cases = benchmarks.benchmark_cases(_data_folder(tmp_path))
     assert [c.file for c in cases] == [
         "latency/LayerGraphs/tiny_inference.json",
         "throughput/LayerGraphs/tiny_training.json",
-    ]  # operator graphs and expert files are not layer graphs
-    assert [c.cluster.n_devices for c in cases] == [2, 3]
-    assert [float(c.cluster.memory_array[0]) for c in cases] == [1e9, 2e9]
+        "throughput/OperatorGraphs/ops_training.json",
+    ]  # expert files are not graphs
+    assert [c.kind for c in cases] == [
+        "layer, inference", "layer, inference", "operator, training"
+    ]  # fmt: skip
+    assert [c.cluster.n_devices for c in cases] == [2, 3, 2]
+    assert [float(c.cluster.memory_array[0]) for c in cases] == [1e9, 2e9, 1e9]
     np.testing.assert_array_equal(cases[0].expert, [0, 0, 0, 1, 1])
     # the training graph has no split of its own and uses its inference split's rule
-    assert [c.expert_source for c in cases] == ["own", "inference"]
-    only = benchmarks.layer_graphs(tmp_path, folders=("throughput",))
+    assert [c.expert_source for c in cases] == ["own", "inference", "none"]
+    only = benchmarks.benchmark_cases(tmp_path, folders=("throughput",), kinds=("LayerGraphs",))
     assert [c.file for c in only] == ["throughput/LayerGraphs/tiny_training.json"]
     with pytest.raises(ValueError, match="in elsewhere"):
-        benchmarks.layer_graphs(tmp_path, folders=("elsewhere",))
+        benchmarks.benchmark_cases(tmp_path, folders=("elsewhere",))
 
 
 def test_an_expert_split_that_does_not_fit_its_graph_is_reported_not_used(tmp_path):
     data = _data_folder(tmp_path)
     bad = {"fpgas": [{"nodes": [0]}, {"nodes": [1]}, {"nodes": [2]}]}  # 3 accelerators of 2
     (data / "human-experts" / "tiny_inference_expert.json").write_text(json.dumps(bad))
-    case = benchmarks.layer_graphs(data)[0]
+    case = benchmarks.benchmark_cases(data)[0]
     assert case.expert is None
     assert case.expert_source.startswith("invalid (") and "accelerator 2" in case.expert_source
 
@@ -174,11 +181,11 @@ def test_the_fastest_method_is_one_whose_placement_fits():
         fastest({"expert": (None, None)})
 
 
-def test_a_folder_without_layer_graphs_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="no layer graphs"):
-        benchmarks.layer_graphs(tmp_path)
+def test_a_folder_without_benchmark_graphs_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"no benchmark graphs \(\*/LayerGraphs/\*.json or"):
+        benchmarks.benchmark_cases(tmp_path)
     with pytest.raises(ValueError, match="does not exist"):
-        benchmarks.layer_graphs(tmp_path / "missing")
+        benchmarks.benchmark_cases(tmp_path / "missing")
 
 
 # ---------------------------------------------------------------------- Placeto per graph
@@ -216,7 +223,7 @@ def test_reproduce_benchmarks_without_data_is_a_usage_error(capsys, tmp_path):
     assert "is not a folder" in capsys.readouterr().err
     data = _data_folder(tmp_path / "data")  # has no throughput-inputs folder, which quick reads
     assert main(["reproduce", "all", "--data", str(data), "--out", str(tmp_path / "out")]) == 2
-    assert "no layer graphs" in capsys.readouterr().err
+    assert "no benchmark graphs" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["data"]  # nothing written
 
 
@@ -276,7 +283,8 @@ def test_benchmarks_end_to_end_on_a_tiny_folder(tmp_path, monkeypatch):
     out = tmp_path / "out" / "benchmarks"
     rows = json.loads((out / "makespan.json").read_text())
     fits = json.loads((out / "fits_memory.json").read_text())
-    assert len(rows) == 2 and rows[0]["expert (file)"] > 0 and rows[1]["accelerators"] == 3
+    assert len(rows) == 3 and rows[0]["expert (file)"] > 0 and rows[1]["accelerators"] == 3
+    assert rows[2]["kind"] == "operator, training"
     methods = ["expert (file)", *benchmarks.BASELINES, "rnn", "hierarchical", "placeto"]
     for row, fit in zip(rows, fits, strict=True):
         fitting = [m for m in methods if fit[m]]
@@ -284,7 +292,7 @@ def test_benchmarks_end_to_end_on_a_tiny_folder(tmp_path, monkeypatch):
         assert row[row["best"]] == min(row[m] for m in fitting)
     walls = json.loads((out / "wall_s.json").read_text())
     assert all(w[m] >= 0 for w in walls for m in methods[1:])
-    assert len(list(out.glob("gantt_*.png"))) == 2
+    assert len(list(out.glob("gantt_*.png"))) == 3
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ DESCRIPTIONS = """experiments:
   table1          placement quality and training cost on zoo:inception_v3, zoo:nmt, zoo:nasnet
   generalization  family policies placing unseen test graphs (zero-shot, from scratch, fine-tuned)
   ablations       message passing, traversal, baseline and pooling variants over seeds
-  benchmarks      every method on the benchmark folder's layer graphs (needs --data DIR)
+  benchmarks      every method on the benchmark folder's layer and operator graphs (needs --data DIR)
   all             all four, in that order
 """
 
@@ -63,9 +63,10 @@ def _reproduce(args: argparse.Namespace) -> int:
             raise ValueError(f"reproduce {args.experiment} needs --data DIR (the benchmark folder)")
         if not Path(args.data).is_dir():
             raise ValueError(f"--data {args.data!r} is not a folder")
-        from placeto_jax.reproduce.benchmarks import PRESETS, layer_graphs
+        from placeto_jax.reproduce.benchmarks import PRESETS, benchmark_cases
 
-        layer_graphs(args.data, PRESETS[args.preset].folders)  # every file checked before work
+        settings = PRESETS[args.preset]
+        benchmark_cases(args.data, settings.folders, settings.kinds)  # every file checked first
     progress = not args.no_progress
     for name in chosen:
         began = time.perf_counter()

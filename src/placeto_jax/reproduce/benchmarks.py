@@ -1,6 +1,7 @@
-"""Every method on the layer graphs of the benchmark folder (msr-fiddle format, inference and
-training), with the accelerator count and memory each file gives, next to the files' expert
-splits.
+"""Every method on the graphs of the benchmark folder (msr-fiddle format: layer and operator
+graphs, inference and training), with the accelerator count and memory each file gives, next to
+the files' expert splits (layer graphs only). Co-location classes (a training graph's weight and
+its update) are kept by every method, Placeto included (docs/agent.md).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import PlacetoBench
 
 MS = 1e3  # µs
+GRAPH_KINDS = ("LayerGraphs", "OperatorGraphs")
 BASELINES = ("single", "metis", "heft", "m-etf", "m-sct", "local-search", "cross-entropy")
 
 
@@ -39,6 +41,7 @@ class Settings:
     learned_budget: int  # simulator evaluations of the RNN placer and the hierarchical planner
     placeto: tuple[str, ...]  # config overrides (tiny preset) of Placeto trained per graph
     folders: tuple[str, ...] = ()  # top-level folders of the data folder to read (): all
+    kinds: tuple[str, ...] = GRAPH_KINDS  # graph folders to read in each (LayerGraphs, ...)
     seed: int = 0
 
 
@@ -65,23 +68,26 @@ PRESETS = {
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One layer graph with its hardware and expert split."""
+    """One benchmark graph with its hardware and expert split."""
 
     file: str  # path relative to the data folder
+    kind: str  # "layer" or "operator", then "inference" or "training" (has backward nodes)
     graph: object  # Graph
     cluster: Cluster
     expert: np.ndarray | None  # [N] int64 device per node, from the file's expert split
     expert_source: str  # "own", "inference", "none" or "invalid (why)"
 
 
-def layer_graphs(data: str | Path, folders: tuple[str, ...] = ()) -> list[Case]:
-    """The layer graphs under `data` (files in a `LayerGraphs` folder; only under the top-level
-    `folders` if any are given) with their clusters: `maxFPGAs` devices of `maxSizePerFPGA`
-    bytes, placeto-k80 timing."""
+def benchmark_cases(
+    data: str | Path, folders: tuple[str, ...] = (), kinds: tuple[str, ...] = GRAPH_KINDS
+) -> list[Case]:
+    """The graphs under `data` in a folder named in `kinds` (only under the top-level `folders`
+    if any are given) with their clusters: `maxFPGAs` devices of `maxSizePerFPGA` bytes,
+    placeto-k80 timing."""
     data = Path(data)
     cases = []
     for path in benchmark_files(data):
-        if "LayerGraphs" not in path.parts:
+        if not set(kinds) & set(path.parts):
             continue
         if folders and path.relative_to(data).parts[0] not in folders:
             continue
@@ -93,9 +99,11 @@ def layer_graphs(data: str | Path, folders: tuple[str, ...] = ()) -> list[Case]:
                 expert = load_expert_split(split, bench)
             except ValueError as err:  # a split that does not fit its graph: shown, not used
                 source = f"invalid ({' '.join(str(err).split())})"
+        level = "layer" if "LayerGraphs" in path.parts else "operator"
         cases.append(
             Case(
                 file=str(path.relative_to(data)),
+                kind=f"{level}, {'training' if bench.is_backward.any() else 'inference'}",
                 graph=bench.graph,
                 cluster=Cluster(
                     n_devices=bench.max_accelerators, memory=bench.accelerator_memory_bytes
@@ -106,7 +114,8 @@ def layer_graphs(data: str | Path, folders: tuple[str, ...] = ()) -> list[Case]:
         )
     if not cases:
         where = f" in {', '.join(folders)}" if folders else ""
-        raise ValueError(f"no layer graphs (*/LayerGraphs/*.json) under {str(data)!r}{where}")
+        wanted = " or ".join(f"*/{k}/*.json" for k in kinds)
+        raise ValueError(f"no benchmark graphs ({wanted}) under {str(data)!r}{where}")
     return cases
 
 
@@ -114,7 +123,7 @@ def run_benchmarks(
     root: str | Path, data: str | Path, preset: str = "quick", progress: bool = True
 ) -> Path:
     settings = PRESETS[preset]
-    cases = layer_graphs(data, settings.folders)  # all read and checked before any work
+    cases = benchmark_cases(data, settings.folders, settings.kinds)  # read before any work
     recorder = Recorder(root, "benchmarks", preset)
     benches = _placeto_benches(cases, settings)
     quality, memory, wall = [], [], []
@@ -124,6 +133,7 @@ def run_benchmarks(
         quality.append(
             {
                 "file": case.file,
+                "kind": case.kind,
                 "nodes": case.graph.n_ops,
                 "accelerators": case.cluster.n_devices,
                 "expert split": case.expert_source,
@@ -152,7 +162,7 @@ def run_benchmarks(
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """One method's placement of one layer graph."""
+    """One method's placement of one benchmark graph."""
 
     makespan_ms: float | None  # None: the method gave no placement (no valid expert split)
     fits_memory: bool | None
@@ -163,7 +173,7 @@ class Outcome:
 def _run_case(
     case: Case, settings: Settings, benches: dict[str, tuple[PlacetoBench, int]]
 ) -> dict[str, Outcome]:
-    """Every method on one layer graph, in table order."""
+    """Every method on one benchmark graph, in table order."""
     key = jax.random.key(settings.seed)
     out = {"expert (file)": _expert(case)}
     for name in BASELINES:
@@ -195,10 +205,12 @@ def _expert(case: Case) -> Outcome:
 def _write(recorder: Recorder, quality: list, memory: list, wall: list) -> None:
     recorder.table(
         "makespan",
-        "Makespan (ms) per layer graph",
+        "Makespan (ms) per benchmark graph",
         quality,
-        note="Each file's accelerator count and memory; placeto-k80 timing constants. "
-        "`expert (file)` is the human-expert split that comes with the data. `best` is the "
+        note="Each file's accelerator count and memory; placeto-k80 timing constants. `kind`: "
+        "layer or operator graph, inference or training (the file has backward nodes). "
+        "`expert (file)` is the human-expert split that comes with the data (layer graphs "
+        "only). Every method keeps each co-location class on one device. `best` is the "
         "fastest placement that fits every accelerator's memory (see the next table).",
     )
     recorder.table(
