@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax import lax
 from jax.extend.core import Primitive
@@ -102,19 +103,68 @@ def test_mlp_training_step():
     # the SGD update p - 0.1 * g: four `sub` ops outside the AD scopes, each reading a parameter.
     updates = [v for v, n in enumerate(g.names) if n.startswith("sub")]
     assert len(updates) == 4
-    assert all(g.param_bytes[v] > 0 for v in updates)
+    assert all(g.param_bytes[v] == 0 for v in updates)  # the forward readers hold the bytes
+    # ... and each update is co-located with its weight's forward reader: four classes.
+    holders = np.flatnonzero(g.param_bytes > 0)
+    assert len(holders) == 4 and all(g.out_degree[v] > 0 for v in holders)
+    assert sorted(g.colocation[updates]) == sorted(g.colocation[holders]) == [0, 1, 2, 3]
     assert all(g.out_degree[v] == 0 for v in updates)
     assert g.depth.max() >= 10  # forward, then backward, then update: a deep chain
     assert any(n.startswith("transpose(jvp())/") for n in g.names)  # backward ops are named
 
 
-def test_param_bytes_split_among_consumers():
-    # w [4, 3] float32 (48 bytes) is read by the dot_general and by the reduce_sum: 24 each.
+def test_param_bytes_held_once_by_the_first_reader():
+    # w [4, 3] float32 (48 bytes) is read by the dot_general and by the second reduce_sum: the
+    # first holds all 48 bytes, and both readers form one co-location class.
     g = from_jax(
         lambda w, x: (x @ w).sum() + w.sum(), S((4, 3), F32), S((2, 4), F32), param_argnums=0
     )
     assert g.names == ("dot_general", "reduce_sum", "reduce_sum_1", "add")
-    np.testing.assert_array_equal(g.param_bytes, [24, 0, 24, 0])
+    np.testing.assert_array_equal(g.param_bytes, [48, 0, 0, 0])
+    np.testing.assert_array_equal(g.colocation, [0, -1, 0, -1])
+    free = from_jax(
+        lambda w, x: (x @ w).sum() + w.sum(), S((4, 3), F32), S((2, 4), F32), param_argnums=0,
+        colocate_params=False,
+    )  # fmt: skip
+    assert free.colocation is None
+    np.testing.assert_array_equal(free.param_bytes, [48, 0, 0, 0])
+
+
+def adam_step(params, opt_state, x, y):
+    grads = jax.grad(mlp_loss)(params, x, y)
+    updates, opt_state = ADAM.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+
+ADAM = optax.adam(1e-3)
+
+
+def test_a_weight_its_optimizer_state_and_its_update_form_one_class():
+    opt_state = jax.eval_shape(ADAM.init, MLP_PARAMS)
+    g = from_jax(adam_step, MLP_PARAMS, opt_state, *MLP_DATA, param_argnums=(0, 1))
+    jaxpr = jax.make_jaxpr(adam_step)(MLP_PARAMS, opt_state, *MLP_DATA).jaxpr
+    n_params = len(jax.tree.leaves(MLP_PARAMS))
+    flat_inputs = jaxpr.invars
+    # Leaf order: params (b1, b2, w1, w2), then Adam's count, mu (4), nu (4).
+    ops_of = {eqn_outvar: v for v, eqn in enumerate(jaxpr.eqns) for eqn_outvar in eqn.outvars}
+    readers = [
+        {v for v, eqn in enumerate(jaxpr.eqns) if leaf in eqn.invars} for leaf in flat_inputs
+    ]
+    classes = set()
+    for k in range(n_params):  # weight k: its leaf, its mu and nu, its two outputs
+        leaves = [k, n_params + 1 + k, 2 * n_params + 1 + k]
+        ops = set().union(*(readers[i] for i in leaves))
+        outs = [jaxpr.outvars[k], jaxpr.outvars[n_params + 1 + k], jaxpr.outvars[2 * n_params + 1 + k]]
+        ops |= {ops_of[o] for o in outs}
+        ids = {int(g.colocation[v]) for v in ops}
+        assert len(ids) == 1 and -1 not in ids, k
+        classes |= ids
+        # the weight, mu and nu: three copies of its bytes, held inside its class
+        members = np.flatnonzero(g.colocation == ids.pop())
+        size = np.prod(jax.tree.leaves(MLP_PARAMS)[k].shape) * 4
+        assert g.param_bytes[members].sum() == pytest.approx(3 * size)
+    assert len(classes) == n_params  # one class per weight, nothing else tied
+    assert set(np.unique(g.colocation)) == classes | {-1}
 
 
 def test_param_through_inlined_call_and_unused_param():

@@ -27,12 +27,23 @@ the primitive name; a repeated name gets `_1`, `_2`, ... appended.
 Edges are data dependencies between equations. The function's inputs are not ops; literals and
 constants are not edges, so equations reading nothing else (iota, broadcast constants) are roots.
 The leaves of the arguments named by `param_argnums` (parameters, optimizer state) are resident
-parameters: each leaf's bytes are split evenly among the distinct ops that read it (a leaf no op
-reads is dropped), so `param_bytes` sums to the parameters that the step touches.
+parameters. A leaf's bytes are counted once, in `param_bytes` of the op that holds it: the first
+op (in op order) that reads it (a leaf no op reads is dropped), so `param_bytes` sums to the
+parameters that the step touches.
+
+Weights stay with their updates (`colocate_params=True`, the default): the leaves of a weight are
+its leaf in the first `param_argnums` argument (the parameters) and every leaf of the other
+parameter arguments whose key path ends with that leaf's path and has its shape (optimizer
+state such as Adam's `mu` and `nu` mirror the parameters' tree). Every op that reads one of a
+weight's leaves, and the op that produces an output leaf matched the same way (the updated
+parameter or optimizer state, in the function's returned tree), form one co-location class
+(classes sharing an op are one class). A weight's forward and backward readers then sit on the
+weight's device, and the update with them (docs/graphs.md).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import operator
@@ -84,6 +95,7 @@ def from_jax(
     device: str | DeviceSpec = "placeto-k80",
     unroll_loops: bool = False,
     param_argnums: int | Sequence[int] = (),
+    colocate_params: bool = True,
     name: str | None = None,
     cache: str | os.PathLike | None = None,
 ) -> Graph:
@@ -95,41 +107,49 @@ def from_jax(
     `cost_model="measure"` times the ops on the current backend instead (`device` then only
     prices fallbacks), reading and updating the op time cache at `cache` (default: see
     `placeto_jax.graphs.measure.cache_path`) once per call. `name` prefixes every op name.
+    `colocate_params=False` leaves out the weight classes (see the module docstring).
     Raises ValueError for an unknown cost model or device, a bad `param_argnums`, a function
     that JAX cannot trace (data-dependent Python control flow, a wrong argument: the message
     names the function and JAX's error), or a function without any operation."""
     if cost_model not in COST_MODELS:
         raise ValueError(f"unknown cost model {cost_model!r}; choose one of {COST_MODELS}")
     spec = device_spec(device)
-    closed = _trace(fn, example_args)
+    closed, out_shape = _trace(fn, example_args)
     is_param = _param_leaves(example_args, param_argnums)
     inputs = [_Deps(params=frozenset({i})) if p else _NONE for i, p in enumerate(is_param)]
     if cost_model == "roofline":
         builder = _Builder(functools.partial(eqn_cost, spec=spec), unroll_loops)
-        builder.walk(closed.jaxpr, inputs, name or "")
+        outputs = builder.walk(closed.jaxpr, inputs, name or "")
     else:
         path = cache_path(cache)
         times = load_cache(path)
         builder = _Builder(functools.partial(_measured_cost, spec=spec, times=times), unroll_loops)
-        builder.walk(closed.jaxpr, inputs, name or "")
+        outputs = builder.walk(closed.jaxpr, inputs, name or "")
         save_cache(path, times)
     if not builder.cost:
         raise ValueError("the traced function has no operations to place")
+    n = len(builder.cost)
     sizes = [nbytes(v.aval) for v in closed.jaxpr.invars]
+    colocation = None
+    if colocate_params and any(is_param):
+        weights = _weights(example_args, param_argnums, out_shape)
+        colocation = _weight_classes(n, weights, builder.param_users, outputs)
     return Graph.from_edges(
         builder.cost,
         builder.out_bytes,
         builder.edges,
-        param_bytes=_split_params(len(builder.cost), builder.param_users, sizes),
+        param_bytes=_held_params(n, builder.param_users, sizes),
         names=builder.names,
         op_types=builder.op_types,
+        colocation=colocation,
     )
 
 
-def _trace(fn: Callable, example_args: tuple) -> jex_core.ClosedJaxpr:
-    """`jax.make_jaxpr(fn)(*example_args)`, with tracing failures as one ValueError."""
+def _trace(fn: Callable, example_args: tuple) -> tuple[jex_core.ClosedJaxpr, Any]:
+    """`jax.make_jaxpr(fn, return_shape=True)(*example_args)`: the jaxpr and the output tree of
+    shapes, with tracing failures as one ValueError."""
     try:
-        return jax.make_jaxpr(fn)(*example_args)
+        return jax.make_jaxpr(fn, return_shape=True)(*example_args)
     except Exception as err:  # any failure inside the user's function
         label = getattr(fn, "__qualname__", repr(fn))
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -145,13 +165,86 @@ def _param_leaves(args: Sequence[Any], argnums: int | Sequence[int]) -> list[boo
     return [i in nums for i, arg in enumerate(args) for _ in jax.tree.leaves(arg)]
 
 
-def _split_params(n: int, users: dict[int, set[int]], sizes: Sequence[float]) -> list[float]:
-    """[n] bytes: each parameter leaf's bytes split evenly among the ops that read it."""
+def _held_params(n: int, users: dict[int, set[int]], sizes: Sequence[float]) -> list[float]:
+    """[n] bytes: each parameter leaf's bytes on its holder, the first op that reads it."""
     param_bytes = [0.0] * n
     for leaf, ops in users.items():
-        for v in ops:
-            param_bytes[v] += sizes[leaf] / len(ops)
+        param_bytes[min(ops)] += sizes[leaf]
     return param_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class _Weights:
+    """Which flat input and output leaves belong to which weight (a leaf of the parameters)."""
+
+    inputs: dict[int, int]  # flat input position -> weight (its position among the inputs)
+    outputs: dict[int, int]  # flat output position -> weight
+
+
+def _weights(args: Sequence[Any], argnums: int | Sequence[int], out_shape: Any) -> _Weights:
+    """Match parameter-argument and output leaves to the weights of the first parameter
+    argument by key-path suffix and shape (see the module docstring)."""
+    nums = sorted({argnums} if isinstance(argnums, int) else set(argnums))
+    offsets = [0]
+    for arg in args:
+        offsets.append(offsets[-1] + len(jax.tree.leaves(arg)))
+    by_path: dict[tuple[Any, tuple[int, ...]], int] = {}
+    inputs: dict[int, int] = {}
+    reference = jax.tree_util.tree_flatten_with_path(args[nums[0]])[0]
+    for position, (path, leaf) in enumerate(reference, start=offsets[nums[0]]):
+        inputs[position] = position  # every leaf of the parameters is a weight
+        if path:  # a bare array has no path to match others by
+            by_path[(tuple(path), tuple(leaf.shape))] = position
+
+    def weight_of(path: tuple, shape: tuple[int, ...]) -> int | None:
+        for start in range(len(path)):
+            found = by_path.get((path[start:], shape))
+            if found is not None:
+                return found
+        return None
+
+    for i in nums[1:]:
+        flat = jax.tree_util.tree_flatten_with_path(args[i])[0]
+        for position, (path, leaf) in enumerate(flat, start=offsets[i]):
+            weight = weight_of(tuple(path), tuple(leaf.shape))
+            if weight is not None:
+                inputs[position] = weight
+    outputs = {}
+    for position, (path, leaf) in enumerate(jax.tree_util.tree_flatten_with_path(out_shape)[0]):
+        weight = weight_of(tuple(path), tuple(leaf.shape))
+        if weight is not None:
+            outputs[position] = weight
+    return _Weights(inputs, outputs)
+
+
+def _weight_classes(
+    n: int, weights: _Weights, users: dict[int, set[int]], outputs: Sequence[_Deps]
+) -> list[int] | None:
+    """[n] co-location class per op (-1 for none; None when no class has two ops): a weight's
+    readers and update producers, classes that share an op joined (union-find over ops)."""
+    members: dict[int, set[int]] = {}
+    for leaf, weight in weights.inputs.items():
+        members.setdefault(weight, set()).update(users.get(leaf, ()))
+    for position, weight in weights.outputs.items():
+        members.setdefault(weight, set()).update(outputs[position].nodes)
+    root = list(range(n))
+
+    def find(v: int) -> int:
+        while root[v] != v:
+            root[v] = root[root[v]]
+            v = root[v]
+        return v
+
+    for ops in members.values():
+        ordered = sorted(ops)
+        for v in ordered[1:]:
+            a, b = find(ordered[0]), find(v)
+            root[max(a, b)] = min(a, b)
+    roots = [find(v) for v in range(n)]
+    counts = collections.Counter(roots)
+    ids: dict[int, int] = {}
+    classes = [ids.setdefault(r, len(ids)) if counts[r] > 1 else -1 for r in roots]
+    return classes if ids else None
 
 
 def _open(jaxpr: Any) -> jex_core.Jaxpr:
