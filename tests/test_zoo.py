@@ -34,7 +34,13 @@ def _check_grouping(name: str, graph: Graph, grouping: Grouping, target: int) ->
     grouped = grouping.graph
     assert graph.topological_order.shape == (graph.n_ops,)
     assert grouped.topological_order.shape == (grouped.n_ops,)
-    assert grouped.n_ops <= target < graph.n_ops
+    assert grouped.colocation_classes.max() + 1 <= target < graph.n_ops  # decisions
+    # every weight class of the op graph is on one decision of the grouped graph
+    decision = grouped.colocation_classes[grouping.op_to_group]
+    classes = graph.colocation
+    assert classes is not None
+    for c in np.unique(classes[classes >= 0])[:50]:
+        assert np.unique(decision[classes == c]).size == 1
     assert grouping.op_to_group.shape == (graph.n_ops,)
     assert np.isclose(grouped.cost.sum(), graph.cost.sum(), rtol=1e-12)
     assert np.isclose(grouped.param_bytes.sum(), graph.param_bytes.sum(), rtol=1e-12)
