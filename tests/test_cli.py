@@ -183,7 +183,7 @@ _NOT_A_PLACEMENT = (
         ({"a": 0, "b": 1, "c": 2, "d": "0"}, "op 'd': device must be an integer, got '0'"),
         (
             {"format": "placeto-jax-placement", "version": 2, "placement": {}},
-            "expected \"format\": \"placeto-jax-placement\", \"version\": 1; got "
+            'expected "format": "placeto-jax-placement", "version": 1; got '
             "'placeto-jax-placement', version 2",
         ),
     ],

@@ -64,7 +64,8 @@ def test_place_json_has_the_documented_fields(run_dir, capsys, tmp_path):
     assert len(doc["placement"]) == 16 and set(doc["placement"]) <= {0, 1}
     assert doc["makespan_us"] <= doc["initial_makespan_us"]  # the initial placement is a candidate
     names = [f"op{v}" for v in range(len(doc["placement"]))]  # layered:16:3's op names
-    assert json.loads(output.read_text())["placement"] == dict(zip(names, doc["placement"]))
+    written = json.loads(output.read_text())["placement"]
+    assert written == dict(zip(names, doc["placement"], strict=True))
     # the written placement simulates to the reported makespan
     assert (
         main(["simulate", "layered:16:3", "--devices", "2", "--placement", str(output), "--json"])

@@ -115,8 +115,25 @@ def test_a_named_placement_reads_onto_a_reordered_graph(tmp_path):
     path = tmp_path / "p.json"
     pj.save_placement(path, graph, [1, 0, 1], n_devices=2)
     np.testing.assert_array_equal(pj.load_placement(path, reordered, 2), [1, 0, 1])
-    with pytest.raises(ValueError, match="are co-located .* but placed on different devices"):
+    with pytest.raises(ValueError, match=r"are co-located .* but placed on different devices"):
         pj.save_placement(path, graph, [1, 0, 0], n_devices=2)
     path.write_text(json.dumps({"w": 1, "f": 0, "u": 0}))
     with pytest.raises(ValueError, match=r"ops 'w' \(device 1\) and 'u' \(device 0\)"):
         pj.load_placement(path, graph, 2)
+
+
+def test_classes_named_by_op():
+    graph = pj.Graph.from_edges(
+        [1.0] * 4, [1.0] * 4, [("w", "f"), ("f", "b"), ("b", "u"), ("w", "u")],
+        names=["w", "f", "b", "u"],
+    )  # fmt: skip
+    tied = graph.colocated([["w", "u"]])
+    np.testing.assert_array_equal(tied.colocation, [0, -1, -1, 0])
+    # a class sharing an op with one the graph has joins it
+    np.testing.assert_array_equal(tied.colocated([["u", "b"]]).colocation, [0, -1, 0, 0])
+    np.testing.assert_array_equal(tied.colocated([["f", "b"]]).colocation, [0, 1, 1, 0])
+    assert graph.colocated([]).colocation is None
+    with pytest.raises(ValueError, match="co-location class 1 names 'x', which is not an op"):
+        graph.colocated([["w", "u"], ["f", "x"]])
+    with pytest.raises(ValueError, match="class 0 must be a list of op names, got 'wu'"):
+        graph.colocated(["wu"])

@@ -154,8 +154,7 @@ def test_a_weight_its_optimizer_state_and_its_update_form_one_class():
     for k in range(n_params):  # weight k: its leaf, its mu and nu, its two outputs
         leaves = [k, n_params + 1 + k, 2 * n_params + 1 + k]
         ops = set().union(*(readers[i] for i in leaves))
-        outs = [jaxpr.outvars[k], jaxpr.outvars[n_params + 1 + k], jaxpr.outvars[2 * n_params + 1 + k]]
-        ops |= {ops_of[o] for o in outs}
+        ops |= {ops_of[jaxpr.outvars[i]] for i in leaves}  # outputs: params, then count, mu, nu
         ids = {int(g.colocation[v]) for v in ops}
         assert len(ids) == 1 and -1 not in ids, k
         classes |= ids

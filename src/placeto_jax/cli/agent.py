@@ -215,7 +215,7 @@ def _place(args: argparse.Namespace) -> int:
 
 
 def _tied(result) -> str:
-    """", N decisions" when co-location ties some nodes together, else nothing."""
+    """ ", N decisions" when co-location ties some nodes together, else nothing."""
     return "" if result.n_units == result.n_nodes else f" ({result.n_units} decisions)"
 
 

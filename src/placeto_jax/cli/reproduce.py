@@ -12,7 +12,7 @@ DESCRIPTIONS = """experiments:
   table1          placement quality and training cost on zoo:inception_v3, zoo:nmt, zoo:nasnet
   generalization  family policies placing unseen test graphs (zero-shot, from scratch, fine-tuned)
   ablations       message passing, traversal, baseline and pooling variants over seeds
-  benchmarks      every method on the benchmark folder's layer and operator graphs (needs --data DIR)
+  benchmarks      every method on the benchmark folder's layer and operator graphs (--data DIR)
   all             all four, in that order
 """
 

@@ -120,6 +120,40 @@ class Graph:
         rank = np.argsort(np.argsort(first))
         return rank[inverse.ravel()].astype(np.int64)
 
+    def colocated(self, classes: Sequence[Sequence[str]]) -> Graph:
+        """This graph with each list of op names added as a co-location class (a class that
+        shares an op with another, or with one the graph has, joins it). ValueError names the
+        class and the op when a name is not an op of the graph."""
+        index = {name: v for v, name in enumerate(self.names)}
+        root = np.arange(self.n_ops)  # union-find over ops
+
+        def find(v: int) -> int:
+            while root[v] != v:
+                root[v] = root[root[v]]
+                v = int(root[v])
+            return v
+
+        first_of_class: dict[int, int] = {}
+        for v, c in enumerate(self.colocation_classes.tolist()):
+            root[v] = find(first_of_class.setdefault(c, v))
+        for k, names in enumerate(classes):
+            if isinstance(names, str):
+                raise ValueError(f"co-location class {k} must be a list of op names, got {names!r}")
+            missing = next((n for n in names if n not in index), None)
+            if missing is not None:
+                raise ValueError(
+                    f"co-location class {k} names {missing!r}, which is not an op of the graph"
+                )
+            ops = [index[n] for n in names]
+            for v in ops[1:]:
+                a, b = find(ops[0]), find(v)
+                root[max(a, b)] = min(a, b)
+        roots = np.array([find(v) for v in range(self.n_ops)])
+        shared = np.bincount(roots, minlength=self.n_ops)[roots] > 1
+        ids = np.full(self.n_ops, -1, dtype=np.int64)
+        ids[shared] = np.unique(roots[shared], return_inverse=True)[1].ravel()
+        return dataclasses.replace(self, colocation=ids if shared.any() else None)
+
     # ------------------------------------------------------------------ order
     @functools.cached_property
     def topological_order(self) -> np.ndarray:
