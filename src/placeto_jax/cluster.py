@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 GB = 1e9  # bytes
+MAX_DEVICES = 1024  # the largest cluster a run may describe
 GBPS = 1e3  # bytes per µs in one GB/s
 
 
@@ -47,6 +48,11 @@ class Cluster:
             raise ValueError(f"n_devices must be an integer, got {self.n_devices!r}")
         if self.n_devices < 1:
             raise ValueError(f"n_devices must be at least 1, got {self.n_devices}")
+        if self.n_devices > MAX_DEVICES:
+            raise ValueError(
+                f"n_devices must be at most {MAX_DEVICES} (the simulator's cost grows with D "
+                f"squared), got {self.n_devices}"
+            )
         object.__setattr__(self, "n_devices", int(self.n_devices))
         for field in ("speed", "memory", "bandwidth"):
             object.__setattr__(self, field, self._per_device(field, getattr(self, field)))
@@ -78,8 +84,14 @@ class Cluster:
     @classmethod
     def preset(cls, name: str, n_devices: int, **overrides) -> Cluster:
         """A named preset (see the module docstring) with optional keyword overrides."""
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:
             raise ValueError(f"unknown cluster preset {name!r}; choose one of {sorted(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(cls)} - {"n_devices", "name"}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(
+                f"unknown Cluster field {unknown[0]!r}; the fields are {', '.join(sorted(known))}"
+            )
         return cls(n_devices=n_devices, **{**PRESETS[name], "name": name, **overrides})
 
     @property

@@ -7,9 +7,12 @@ checkpoint (`to_dict`/`from_dict`), so a policy can be rebuilt from its checkpoi
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal
+
+from placeto_jax.cluster import MAX_DEVICES
 
 Traversal = Literal["topological", "random"]
 InitialPlacement = Literal["random", "fixed", "single"]
@@ -132,8 +135,20 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def validate(config: Config) -> None:
-    """ValueError naming the first bad field."""
+    """ValueError naming the first bad field: a value of the wrong type (a boolean for a
+    number, say), a non-finite number, or one out of its range."""
+    _check_types(config)
     checks = [
+        ("n_devices", config.n_devices <= MAX_DEVICES, f"must be <= {MAX_DEVICES}"),
+        ("env.memory_penalty", config.env.memory_penalty <= 1e6, "must be <= 1e6 s per GB"),
+        ("env.memory_penalty_cap", config.env.memory_penalty_cap <= 1e6, "must be <= 1e6 s"),
+        ("policy.head_widths", all(w >= 1 for w in config.policy.head_widths), "must be >= 1"),
+        ("policy.width", config.policy.width <= 4096, "must be <= 4096"),
+        ("policy.rounds", config.policy.rounds <= 1024, "must be <= 1024"),
+        ("train.learning_rate", config.train.learning_rate <= 1, "must be <= 1"),
+        ("train.final_learning_rate", config.train.final_learning_rate <= 1, "must be <= 1"),
+        ("train.entropy", config.train.entropy >= 0, "must be >= 0"),
+        ("train.final_entropy", config.train.final_entropy >= 0, "must be >= 0"),
         ("n_devices", config.n_devices >= 1, "must be >= 1"),
         ("env.passes", config.env.passes >= 1, "must be >= 1"),
         ("env.memory_penalty", config.env.memory_penalty >= 0, "must be >= 0"),
@@ -169,6 +184,49 @@ def validate(config: Config) -> None:
     for section, cls in (("env", EnvConfig), ("policy", PolicyConfig), ("train", TrainConfig)):
         for field in dataclasses.fields(cls):
             _check_literal(f"{section}.{field.name}", getattr(getattr(config, section), field.name))
+
+
+def _check_types(config: Config) -> None:
+    """ValueError naming a field whose value does not have its declared type (ints are not
+    booleans; floats are finite numbers; tuples hold ints)."""
+    hints = _hints(Config)
+    fields = [
+        (f.name, getattr(config, f.name), hints[f.name])
+        for f in dataclasses.fields(Config)
+        if f.name not in ("env", "policy", "train", "run")
+    ]
+    for section in ("env", "policy", "train", "run"):
+        owner, values = _owner(section + "."), getattr(config, section)
+        hints = _hints(owner)
+        fields += [
+            (f"{section}.{f.name}", getattr(values, f.name), hints[f.name])
+            for f in dataclasses.fields(owner)
+        ]
+    for name, value, hint in fields:
+        if not _has_type(value, hint):
+            raise ValueError(f"config {name}={value!r} must be {_type_name(hint)}")
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and math.isfinite(value)
+    if hint is str or typing.get_origin(hint) is Literal:
+        return isinstance(value, str)
+    if typing.get_origin(hint) is tuple:
+        return isinstance(value, tuple) and all(_has_type(x, int) for x in value)
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
+    if typing.get_origin(hint) is tuple:
+        return "a list of integers"
+    return names.get(hint, "a string")
 
 
 def _check_literal(name: str, value: Any) -> None:
@@ -232,6 +290,11 @@ def make_config(preset: str | None = None, overrides: list[str] = (), **top: Any
         key, eq, text = item.partition("=")
         if not eq:
             raise ValueError(f"bad --set {item!r}: expected KEY=VALUE, e.g. train.episodes=128")
+        if key.strip() in top and top[key.strip()] is not None:
+            raise ValueError(
+                f"--set {item.strip()} conflicts with {key.strip()}={top[key.strip()]!r} given "
+                "by its own flag; give it once"
+            )
         settings[key.strip()] = text.strip()
     config = Config(**top)
     return apply(config, settings)
