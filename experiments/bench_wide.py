@@ -33,6 +33,7 @@ from bench_simulator import machine, write_json
 from placeto_jax import precision
 from placeto_jax.graphs.registry import load
 from placeto_jax.graphs.zoo import zoo_op_graph
+from placeto_jax.placers.simple import colocate
 from placeto_jax.report import format_table
 from placeto_jax.sim import api
 
@@ -76,7 +77,8 @@ def measure(spec: str, batch: int, devices: int, repeats: int) -> dict:
     graph = graph_of(spec)
     cluster = pj.Cluster(devices)
     pg = api.padded(graph)
-    placements = np.random.default_rng(0).integers(0, devices, size=(batch, graph.n_ops))
+    draws = np.random.default_rng(0).integers(0, devices, size=(batch, graph.n_ops))
+    placements = colocate(graph, draws)  # weights with their updates, as every placer does
     rows = np.zeros((batch, pg.n_pad), np.int32)
     rows[:, : graph.n_ops] = placements
     dtype = precision.EXACT
@@ -174,8 +176,9 @@ def memory_row() -> dict:
     code = (
         "import json, resource, numpy as np, placeto_jax as pj\n"
         "from placeto_jax.graphs.registry import load\n"
+        "from placeto_jax.placers.simple import colocate\n"
         f"g = load({spec!r}); c = pj.Cluster(4)\n"
-        f"p = np.random.default_rng(0).integers(0, 4, size=({batch}, g.n_ops))\n"
+        f"p = colocate(g, np.random.default_rng(0).integers(0, 4, size=({batch}, g.n_ops)))\n"
         "r = pj.simulate(g, c, p)\n"
         "print(json.dumps({'n_ops': g.n_ops, 'peak_rss_gb': "
         "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9}))\n"

@@ -13,7 +13,7 @@ import pytest
 from placeto_jax import Graph
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
-from placeto_jax.rl.checkpoint import Checkpointer, load_run
+from placeto_jax.rl.checkpoint import Checkpointer, Provenance, config_digest, load_run
 from placeto_jax.rl.loop import chunks, read_metrics, train_and_evaluate
 
 GRAPH = Graph.from_edges([100.0] * 6, [1e5] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
@@ -77,12 +77,13 @@ def test_a_corrupt_run_file_or_checkpoint_is_a_clear_error(finished, tmp_path):
         load_run(tmp_path)
     broken = tmp_path / "broken"
     shutil.copytree(workdir, broken)
-    step = max(p for p in (broken / "checkpoints").iterdir() if p.name.isdigit())
-    for f in step.rglob("*"):
-        if f.is_file() and f.stat().st_size > 0 and "state" in f.parts:
-            f.write_bytes(b"\0" * 7)
-    with pytest.raises(ValueError, match="cannot restore checkpoint"):
-        Checkpointer(broken).restore_state(result.state)
+    for step in (p for p in (broken / "checkpoints").iterdir() if p.name.isdigit()):
+        for f in step.rglob("*"):
+            if f.is_file() and f.stat().st_size > 0 and "state" in f.parts:
+                f.write_bytes(b"\0" * 7)
+    provenance = Provenance(config_digest(load_run(workdir)[0]), ())
+    with pytest.raises(ValueError, match=r"every checkpoint in .* is damaged"):
+        Checkpointer(broken).restore_state(result.state, provenance)
 
 
 def test_config_file_round_trips(finished):

@@ -22,6 +22,7 @@ from jax.extend.core import Primitive
 import placeto_jax as pj
 from placeto_jax.graphs.costs import DEVICES, TRANSCENDENTAL_FLOPS
 from placeto_jax.graphs.trace import from_jax
+from placeto_jax.placers import colocate
 
 S, F32 = jax.ShapeDtypeStruct, jnp.float32
 K80 = DEVICES["placeto-k80"]
@@ -329,7 +330,7 @@ def test_bigger_matmul_costs_more_and_h100_is_faster():
 def test_simulate_runs_on_a_traced_graph():
     g = from_jax(mlp_step, MLP_PARAMS, *MLP_DATA, param_argnums=0)
     cluster = pj.Cluster.preset("placeto-k80", 2)
-    result = pj.simulate(g, cluster, np.arange(g.n_ops) % 2)
+    result = pj.simulate(g, cluster, colocate(g, np.arange(g.n_ops) % 2))
     assert result.makespan >= g.cost[g.topological_order].max()
     one = pj.simulate(g, cluster, np.zeros(g.n_ops, dtype=int))
     assert one.makespan >= g.cost.sum()  # one device runs every op in turn

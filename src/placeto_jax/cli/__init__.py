@@ -27,8 +27,10 @@ CLOSED_PIPE = 141  # 128 + SIGPIPE, as Unix tools exit when their reader goes aw
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
-    Errors in the input (graph spec or file, placement, preset, device count) print one line,
-    `placeto-jax: error: ...`, to stderr and return 2; I/O failures return 1. When the reader
+    Errors in the input (graph spec or file, placement, preset, device count) and I/O failures
+    (a folder that cannot be written, a full disk, an unreachable coordinator) print one line,
+    `placeto-jax: error: ...`, to stderr and return 2; an interrupted `train` returns 130 after
+    saving a checkpoint. When the reader
     of stdout goes away (`placeto-jax graphs list | head -1`), the rest of the output is dropped
     without a traceback and the status is 141 (128 + SIGPIPE, like Unix tools). Output files
     are written atomically. The simulator runs in float64 (`simulate`'s default), so the
@@ -43,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         return _fail(err, 2)
     except OSError as err:
-        return _fail(err, 1)
+        return _fail(err, 2)
     return status
 
 

@@ -12,7 +12,9 @@ import argparse
 import dataclasses
 import json
 import re
+import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import METHODS, run_method
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.evaluate import Placement, place_graphs
-from placeto_jax.rl.loop import cluster_of, load_graphs, train_and_evaluate
+from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.rl.train import make_train
 
@@ -87,6 +89,13 @@ def add_agent_commands(commands) -> None:
     )
     train.add_argument("--num-processes", type=int, metavar="N", help="with --coordinator")
     train.add_argument("--process-id", type=int, metavar="I", help="with --coordinator")
+    train.add_argument(
+        "--coordinator-timeout",
+        type=int,
+        default=60,
+        metavar="S",
+        help="seconds to wait for every process to reach the coordinator (default: 60)",
+    )
     train.set_defaults(command=_train)
 
     place = commands.add_parser(
@@ -130,6 +139,9 @@ def add_agent_commands(commands) -> None:
     evaluate.set_defaults(command=_eval)
 
 
+INTERRUPTED = 130  # exit status of a train stopped by Ctrl-C (128 + SIGINT)
+
+
 # ---------------------------------------------------------------------- train
 def _train(args: argparse.Namespace) -> int:
     if args.devices < 1:
@@ -139,14 +151,63 @@ def _train(args: argparse.Namespace) -> int:
         args.preset, args.set, n_devices=args.devices, cluster_preset=args.cluster, seed=args.seed
     )
     workdir = args.workdir or _default_workdir(args.graphs, args.devices, args.seed)
-    graphs = load_graphs(args.graphs, config)
+    graphs = load_graphs(args.graphs, config)  # every graph read and checked before any write
     if args.coordinator:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+        _join(args)
     mesh = episode_mesh() if jax.device_count() > 1 else None
-    result = train_and_evaluate(config, graphs, workdir, progress=not args.no_progress, mesh=mesh)
+    try:
+        result = train_and_evaluate(
+            config, graphs, workdir, progress=not args.no_progress, mesh=mesh
+        )
+    except TrainingInterrupted as stop:
+        print(f"placeto-jax: {stop}", file=sys.stderr)
+        return INTERRUPTED
     print(train_text(config, graphs, result.evaluation, workdir))
     return 0
+
+
+def _join(args: argparse.Namespace) -> None:
+    """Join the multi-process run at `--coordinator`; OSError naming the address when it cannot
+    be reached within `--coordinator-timeout` seconds. Processes other than 0 first probe the
+    address over TCP themselves: jaxlib ends the process (SIGABRT) when its own deadline
+    passes, so the probe is what turns an unreachable coordinator into one line."""
+    if args.coordinator_timeout < 1:
+        raise ValueError(f"--coordinator-timeout must be >= 1 s, got {args.coordinator_timeout}")
+    if args.process_id:
+        _probe(args.coordinator, args.coordinator_timeout)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(
+            args.coordinator,
+            args.num_processes,
+            args.process_id,
+            initialization_timeout=args.coordinator_timeout,
+        )
+    except Exception as err:  # jaxlib raises its own runtime errors
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise OSError(
+            f"cannot join the coordinator at {args.coordinator} within "
+            f"{args.coordinator_timeout} s ({type(err).__name__}: {first})"
+        ) from None
+
+
+def _probe(address: str, timeout_s: int) -> None:
+    """Connect to HOST:PORT over TCP, retrying until `timeout_s` passes; OSError naming it."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit():
+        raise ValueError(f"--coordinator must be HOST:PORT, got {address!r}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                return
+        except OSError as err:
+            if time.monotonic() >= deadline:
+                raise OSError(
+                    f"cannot join the coordinator at {address} within {timeout_s} s "
+                    f"({err.strerror or err})"
+                ) from None
+            time.sleep(0.2)
 
 
 def _default_workdir(graphs: str, devices: int, seed: int) -> str:

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from collections.abc import Sequence
 
 import numpy as np
+
+MAX_OPS = 1_000_000  # the largest graph accepted (the simulator pads it to a power of two)
+MAX_COST_US = 1e12  # µs (about 11.6 days): the largest op cost accepted
+MAX_BYTES = 1e15  # bytes (1 PB): the largest output or parameter size accepted
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -46,12 +51,15 @@ class Graph:
         op names when `names` is given. Duplicate edges are merged. Raises `ValueError` naming the
         problem: bad lengths, negative or non-finite numbers, edges to missing ops, self-loops,
         cycles (with the ops on one cycle)."""
-        cost_arr = _vector("cost", cost)
+        cost_arr = _vector("cost", cost, limit=MAX_COST_US)
         n = cost_arr.shape[0]
         if n == 0:
             raise ValueError("a graph needs at least one op; cost is empty")
-        out_arr = _vector("out_bytes", out_bytes, n)
-        param_arr = _vector("param_bytes", np.zeros(n) if param_bytes is None else param_bytes, n)
+        if n > MAX_OPS:
+            raise ValueError(f"a graph may have at most {MAX_OPS:,} ops, got {n:,}")
+        out_arr = _vector("out_bytes", out_bytes, n, limit=MAX_BYTES)
+        params = np.zeros(n) if param_bytes is None else param_bytes
+        param_arr = _vector("param_bytes", params, n, limit=MAX_BYTES)
         name_tuple = _names(names, n)
         edge_arr = _edges(edges, n, name_tuple if names is not None else None)
         types = None
@@ -107,6 +115,19 @@ class Graph:
     @property
     def in_degree(self) -> np.ndarray:  # [N] int64
         return np.diff(self._parents_csr[0])
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """SHA-256 (hex) of the graph's content: costs, sizes, edges, names, op types and
+        co-location, so that two graphs with one digest simulate and place alike."""
+        h = hashlib.sha256()
+        for arr in (self.cost, self.out_bytes, self.param_bytes, self.edges):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        h.update("\0".join(self.names).encode())
+        h.update("\0".join(self.op_types or ()).encode())
+        if self.colocation is not None:
+            h.update(self.colocation.tobytes())
+        return h.hexdigest()
 
     # ------------------------------------------------------------------ co-location
     @functools.cached_property
@@ -249,7 +270,12 @@ class Graph:
 
 
 # ---------------------------------------------------------------------- validation helpers
-def _vector(field: str, values, n: int | None = None) -> np.ndarray:
+def _vector(field: str, values, n: int | None = None, *, limit: float) -> np.ndarray:
+    """[N] float64 copy of `values`: ValueError for booleans, non-numbers, a wrong length,
+    non-finite, negative or above `limit` entries (naming the op)."""
+    raw = np.asarray(values) if not isinstance(values, np.ndarray) else values
+    if raw.dtype == bool or (raw.dtype == object and any(isinstance(x, bool) for x in raw.flat)):
+        raise ValueError(f"{field} must be numbers, got booleans")
     try:
         arr = np.array(values, dtype=np.float64)  # a copy: the graph owns its arrays
     except (TypeError, ValueError) as err:
@@ -264,6 +290,9 @@ def _vector(field: str, values, n: int | None = None) -> np.ndarray:
     neg = np.flatnonzero(arr < 0)
     if neg.size:
         raise ValueError(f"{field} is negative at op {neg[0]} (value {arr[neg[0]]})")
+    big = np.flatnonzero(arr > limit)
+    if big.size:
+        raise ValueError(f"{field} is above {limit:g} at op {big[0]} (value {arr[big[0]]:g})")
     arr.setflags(write=False)
     return arr
 

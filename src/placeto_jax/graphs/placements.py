@@ -96,25 +96,33 @@ def check_placement_of(graph: Graph, devices: np.ndarray, n_devices: int) -> Non
         )
     split = colocation_split(graph, devices)
     if split is not None:
-        a, b = split
-        raise ValueError(
-            f"ops {graph.names[a]!r} (device {int(devices[a])}) and {graph.names[b]!r} (device "
-            f"{int(devices[b])}) are co-located (colocation class {int(graph.colocation[a])}) "
-            "but placed on different devices"
-        )
+        raise ValueError(split_message(graph, devices, split))
 
 
 def colocation_split(graph: Graph, devices: np.ndarray) -> tuple[int, int] | None:
-    """Two ops (first by op index) of one co-location class on different devices, or None."""
+    """Two ops of one co-location class on different devices in placement(s) [..., N] (the
+    class's smallest op and the first op apart from it, in the first such placement), or None."""
     classes = graph.colocation_classes
     first = np.full(int(classes.max()) + 1, -1, dtype=np.int64)
     first[classes[::-1]] = np.arange(graph.n_ops)[::-1]  # smallest op of every class
     leader = first[classes]
-    apart = np.flatnonzero(devices != devices[leader])
+    apart = np.argwhere(devices != devices[..., leader])
     if apart.size == 0:
         return None
-    v = int(apart[0])
+    v = int(apart[0][-1])
     return int(leader[v]), v
+
+
+def split_message(graph: Graph, devices: np.ndarray, split: tuple[int, int]) -> str:
+    """One line naming the two ops of `split` (from `colocation_split`) and their devices."""
+    a, b = split
+    rows = devices.reshape(-1, graph.n_ops)
+    row = rows[np.flatnonzero(rows[:, a] != rows[:, b])[0]]
+    return (
+        f"ops {graph.names[a]!r} (device {int(row[a])}) and {graph.names[b]!r} (device "
+        f"{int(row[b])}) are co-located (colocation class {int(graph.colocation[a])}) but "
+        "placed on different devices"
+    )
 
 
 def _by_name(doc: dict, graph: Graph) -> np.ndarray:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from placeto_jax.graphs import generators
 from placeto_jax.graphs.benchmark import benchmark_from_dict
-from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.core import MAX_OPS, Graph
 from placeto_jax.graphs.io import graph_from_dict, parse_json_file
 
 BUILTIN_GRAPHS = """\
@@ -42,6 +42,8 @@ def load(path_or_name: str | os.PathLike) -> Graph | list[tuple[str, Graph]]:
     index order; any other string is one graph, resolved by `resolve_graph`."""
     if isinstance(path_or_name, os.PathLike):
         return load_file(path_or_name)
+    if not isinstance(path_or_name, str):
+        raise TypeError(f"a graph is named by a str or a path, got {type(path_or_name).__name__}")
     match = _GROUP.fullmatch(path_or_name)
     if match:
         return _family_group(path_or_name, *match.groups())
@@ -76,6 +78,8 @@ def _graph_from_any(doc: object) -> Graph:
 def resolve_graph(spec: str) -> Graph:
     """The graph named by `spec`: a built-in form (which takes precedence; write `./cnn` for a
     file called `cnn`) or a graph file. ValueError names the spec and lists the forms."""
+    if not isinstance(spec, str):
+        raise TypeError(f"a graph spec must be a str, got {type(spec).__name__}")
     kind, colon, rest = spec.partition(":")
     if kind in _BUILDERS:
         args = rest.split(":") if colon else []
@@ -119,7 +123,10 @@ def _layered(args: list[str]) -> Graph:
     if len(args) not in (1, 2):
         raise ValueError("layered takes N and an optional SEED")
     seed = _integer(args[1], "SEED", 0) if len(args) == 2 else 0
-    return generators.layered(_integer(args[0], "N", 1), seed=seed)
+    n = _integer(args[0], "N", 1)
+    if n > MAX_OPS:
+        raise ValueError(f"N must be at most {MAX_OPS:,} (the largest graph), got {n:,}")
+    return generators.layered(n, seed=seed)
 
 
 def _cnn(args: list[str]) -> Graph:

@@ -1,53 +1,102 @@
-"""A run directory: its resolved config (`run.json`) and orbax checkpoints of the train state.
+"""A run directory: its resolved config (`run.json`), a lock, and checked orbax checkpoints.
 
 Layout of WORKDIR:
-  run.json            format version, resolved config, graph names (written atomically)
-  checkpoints/STEP/   orbax: `state` (the whole TrainState) and `params` (policy only)
-  metrics.jsonl       one JSON object per update (see rl/loop.py)
-  tb/                 TensorBoard event files
+  run.json                format version, resolved config, graph names and content digests
+  train.lock              the pid and host of the `train` that holds the directory
+  checkpoints/STEP/       orbax: `state` (the whole TrainState) and `params` (policy only)
+  checkpoints/STEP/integrity.json   SHA-256 of both items' arrays, the config and graph digests
+  metrics.jsonl           one JSON object per update (see rl/loop.py)
+  tb/                     TensorBoard event files
 
 A policy is rebuilt from WORKDIR alone: `load_run` gives the config, `restore_params` the weights.
+
+Integrity: a checkpoint step is intact when every file orbax wrote for the item being read (and
+the step's own metadata) has the SHA-256 recorded after the save, orbax restores it, and the
+restored arrays hash to their recorded digest. Training resumes from the newest intact step
+(saying which steps it skipped); `place`/`eval` read only the newest and refuse a damaged one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import hashlib
 import json
 import os
+import shutil
+import socket
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from placeto_jax.config import Config, from_dict, to_dict
 from placeto_jax.files import atomic_write
 
 RUN_FORMAT = 1
+INTEGRITY = "integrity.json"
 
 
 def run_file(workdir: str | os.PathLike) -> Path:
     return Path(workdir) / "run.json"
 
 
-def write_run(workdir: str | os.PathLike, config: Config, graph_names: list[str]) -> None:
-    """Write run.json, or check that an existing one describes the same run (resuming)."""
+def config_digest(config: Config) -> str:
+    """SHA-256 (hex) of the resolved config."""
+    return hashlib.sha256(json.dumps(to_dict(config), sort_keys=True).encode()).hexdigest()
+
+
+def write_run(
+    workdir: str | os.PathLike, config: Config, names: Sequence[str], digests: Sequence[str]
+) -> None:
+    """Write run.json, or check that an existing one describes the same run (resuming): the
+    same config, graph names and graph contents (`Graph.digest` of each graph's op graph)."""
     path = run_file(workdir)
-    doc = {"format": RUN_FORMAT, "config": to_dict(config), "graphs": list(graph_names)}
+    doc = {
+        "format": RUN_FORMAT,
+        "config": to_dict(config),
+        "graphs": list(names),
+        "graph_digests": list(digests),
+    }
     if path.exists():
-        old_config, old_graphs = load_run(workdir)
-        if to_dict(old_config) != doc["config"] or old_graphs != doc["graphs"]:
-            raise ValueError(
-                f"{workdir} holds a run with a different config or graphs; "
-                "resume it with the same arguments or use a new --workdir"
-            )
+        _check_same_run(workdir, doc)
         return
-    Path(workdir).mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as f:
         f.write(json.dumps(_jsonable(doc), indent=2).encode())
 
 
+def _check_same_run(workdir: str | os.PathLike, doc: dict) -> None:
+    old = _read_run(workdir)
+    if old["config"] != _jsonable(doc["config"]) or list(old["graphs"]) != doc["graphs"]:
+        raise ValueError(
+            f"{workdir} holds a run with a different config or graphs; "
+            "resume it with the same arguments or use a new --workdir"
+        )
+    for name, before, now in zip(
+        doc["graphs"], old.get("graph_digests", doc["graph_digests"]), doc["graph_digests"],
+        strict=True,
+    ):  # fmt: skip
+        if before != now:
+            raise ValueError(
+                f"graph {name!r} has changed since the run in {workdir} started (its content "
+                "digest differs); train on it in a new --workdir"
+            )
+
+
 def load_run(workdir: str | os.PathLike) -> tuple[Config, list[str]]:
     """(config, graph names) of a run directory; ValueError if it is missing or unreadable."""
+    doc = _read_run(workdir)
+    try:
+        return from_dict(doc["config"]), list(doc["graphs"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"corrupt {run_file(workdir)}: {err}") from None
+
+
+def _read_run(workdir: str | os.PathLike) -> dict:
     path = run_file(workdir)
     if not Path(workdir).is_dir():
         raise ValueError(f"checkpoint directory {os.fspath(workdir)!r} does not exist")
@@ -55,10 +104,10 @@ def load_run(workdir: str | os.PathLike) -> tuple[Config, list[str]]:
         raise ValueError(f"{os.fspath(workdir)!r} is not a placeto-jax run (no run.json)")
     try:
         doc = json.loads(path.read_text())
-        if doc.get("format") != RUN_FORMAT:
+        if not isinstance(doc, dict) or doc.get("format") != RUN_FORMAT:
             raise ValueError(f"unsupported run.json format {doc.get('format')!r}")
-        return from_dict(doc["config"]), list(doc["graphs"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        return doc
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError, ValueError) as err:
         raise ValueError(f"corrupt {path}: {err}") from None
 
 
@@ -70,55 +119,245 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+# ---------------------------------------------------------------------- one run at a time
+@contextlib.contextmanager
+def workdir_lock(workdir: str | os.PathLike) -> Iterator[None]:
+    """Hold WORKDIR/train.lock for the block: created exclusively with this process's pid and
+    host, removed on exit. A lock whose process no longer runs (same host) is stale and taken
+    over; a live one refuses with a ValueError naming the pid. The directory is created first:
+    a path that cannot be written fails here, before any work, naming the path."""
+    directory = Path(workdir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OSError(f"cannot create the run directory {os.fspath(workdir)!r}: "
+                      f"{err.strerror or err}") from None  # fmt: skip
+    path = directory / "train.lock"
+    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            _refuse_or_clear(path)
+            continue
+        except OSError as err:
+            raise OSError(f"cannot write to the run directory {os.fspath(workdir)!r}: "
+                          f"{err.strerror or err}") from None  # fmt: skip
+        with os.fdopen(fd, "wb") as f:
+            f.write(mine)
+        break
+    else:
+        raise ValueError(f"{path} keeps reappearing; another train is starting in {workdir}")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_bytes() == mine:
+                path.unlink()
+
+
+def _refuse_or_clear(path: Path) -> None:
+    """Refuse when the lock's process runs; remove a stale (or unreadable) lock."""
+    try:
+        holder = json.loads(path.read_bytes())
+        pid, host = int(holder["pid"]), str(holder["host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pid, host = -1, ""
+    if host and host != socket.gethostname():
+        raise ValueError(
+            f"{path.parent} is in use by a train on host {host!r} (pid {pid}); wait for it to "
+            f"finish, or remove {path} if that run is gone"
+        )
+    if pid > 0 and _alive(pid):
+        raise ValueError(
+            f"{path.parent} is in use by another train (pid {pid}); wait for it to finish or "
+            "use another --workdir"
+        )
+    print(f"placeto-jax: note: removing the stale lock {path} (pid {pid} is gone)", file=sys.stderr)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------- checkpoints
+def tree_digest(tree: Any) -> str:
+    """SHA-256 (hex) of a pytree's arrays: dtype, shape and bytes of every leaf, in order."""
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(jax.device_get(tree)):
+        arr = np.ascontiguousarray(leaf)
+        h.update(f"{arr.dtype.str}{arr.shape}".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """What a checkpoint was made with, written into its integrity record."""
+
+    config: str  # `config_digest`
+    graphs: tuple[str, ...]  # `Graph.digest` of each graph of the run
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint step that orbax cannot restore or whose arrays fail their checksums."""
+
+
+def _file_digests(step_dir: Path) -> dict[str, str]:
+    """SHA-256 of every file under a step's folder, by path relative to it."""
+    return {
+        path.relative_to(step_dir).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(step_dir.rglob("*"))
+        if path.is_file() and path.name != INTEGRITY
+    }
+
+
+def _changed_files(step_dir: Path, recorded: object, item: str) -> str | None:
+    """The first file of `item` (or of the step itself) that is missing, new or changed since
+    the save, or None; every file counts as changed when nothing was recorded."""
+    if not isinstance(recorded, dict):
+        return INTEGRITY
+
+    def mine(name: str) -> bool:  # the item's files and the step's own, not the other item's
+        first = name.split("/", 1)[0]
+        return "/" not in name or first == item
+
+    now = {k: v for k, v in _file_digests(step_dir).items() if mine(k)}
+    want = {k: v for k, v in recorded.items() if mine(k)}
+    return next((k for k in sorted(set(now) | set(want)) if now.get(k) != want.get(k)), None)
+
+
 class Checkpointer:
-    """Orbax checkpoints under WORKDIR/checkpoints (the two latest are kept)."""
+    """Orbax checkpoints under WORKDIR/checkpoints (the two latest are kept), each with an
+    integrity record (see the module docstring)."""
 
     def __init__(self, workdir: str | os.PathLike, create: bool = True):
         directory = Path(workdir).absolute() / "checkpoints"
         if not create and not directory.is_dir():
             raise ValueError(f"no checkpoints in {os.fspath(workdir)!r}")
-        self._manager = ocp.CheckpointManager(
-            directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=2, create=create),
+        self.directory = directory
+        self._create = create
+        self._manager = self._open()
+
+    def _open(self) -> ocp.CheckpointManager:
+        return ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=2, create=self._create),
         )
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
-    def save(self, step: int, state: Any) -> None:
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), params=ocp.args.StandardSave(state.params)
-            ),
-        )
-        self._manager.wait_until_finished()
+    def save(self, step: int, state: Any, provenance: Provenance) -> None:
+        """Save `state` at `step` and then its integrity record. OSError names the folder."""
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), params=ocp.args.StandardSave(state.params)
+                ),
+            )
+            self._manager.wait_until_finished()
+            record = {
+                "step": step,
+                "state": tree_digest(state),
+                "params": tree_digest(state.params),
+                "config": provenance.config,
+                "graphs": list(provenance.graphs),
+                "files": _file_digests(self.directory / str(step)),
+            }
+            with atomic_write(self.directory / str(step) / INTEGRITY) as f:
+                f.write(json.dumps(record, indent=1).encode())
+        except Exception as err:  # orbax wraps I/O failures in many types
+            raise OSError(
+                f"cannot save checkpoint {step} in {self.directory}: {type(err).__name__}: "
+                f"{' '.join(str(err).split())[:200]}"
+            ) from None
 
-    def restore_state(self, template: Any) -> Any | None:
-        """The latest TrainState (shaped like `template`), or None when there is none."""
-        step = self.latest_step()
-        if step is None:
-            return None
-        return self._restore(step, "state", template)
+    def restore_state(self, template: Any, provenance: Provenance) -> Any | None:
+        """The newest intact TrainState (shaped like `template`), or None when there is no
+        checkpoint. Damaged newer steps are moved to WORKDIR/damaged-checkpoints/ (so that the
+        run can save those steps again) with a note on stderr; ValueError when every step is
+        damaged."""
+        steps = sorted(self._manager.all_steps(), reverse=True)
+        problems = []
+        for step in steps:
+            try:
+                state = self._restore_checked(step, "state", template, provenance)
+            except DamagedCheckpoint as err:
+                problems.append(str(err))
+                continue
+            if problems:
+                self._set_aside([s for s in steps if s > step])
+            for problem in problems:
+                print(
+                    f"placeto-jax: note: {problem}; resuming from step {step} (the damaged step "
+                    f"is kept in {self.directory.parent / 'damaged-checkpoints'})",
+                    file=sys.stderr,
+                )
+            return state
+        if problems:
+            raise ValueError(
+                f"every checkpoint in {self.directory} is damaged ({'; '.join(problems)}); "
+                "train in a new --workdir"
+            )
+        return None
+
+    def _set_aside(self, steps: list[int]) -> None:
+        """Move damaged `steps` out of the checkpoint folder and reopen the manager."""
+        self._manager.close()
+        aside = self.directory.parent / "damaged-checkpoints"
+        aside.mkdir(exist_ok=True)
+        for step in steps:
+            target = aside / str(step)
+            if target.exists():
+                shutil.rmtree(target)
+            (self.directory / str(step)).rename(target)
+        self._manager = self._open()
 
     def restore_params(self, template: Any) -> Any:
+        """The policy of the newest step; DamagedCheckpoint when that step is damaged."""
         step = self.latest_step()
         if step is None:
             raise ValueError("the run has no checkpoint yet")
-        return self._restore(step, "params", template)
+        return self._restore_checked(step, "params", template, None)
 
-    def _restore(self, step: int, item: str, template: Any) -> Any:
+    def _restore_checked(
+        self, step: int, item: str, template: Any, provenance: Provenance | None
+    ) -> Any:
+        where = f"checkpoint step {step} in {self.directory}"
+        try:
+            record = json.loads((self.directory / str(step) / INTEGRITY).read_bytes())
+            expected = str(record[item])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise DamagedCheckpoint(
+                f"{where} is damaged: its {INTEGRITY} is missing or unreadable"
+            ) from None
+        if provenance is not None and record.get("config") != provenance.config:
+            raise ValueError(f"{where} was made with another config; use a new --workdir")
+        changed = _changed_files(self.directory / str(step), record.get("files"), item)
+        if changed:
+            raise DamagedCheckpoint(f"{where} is damaged: {changed} differs from its checksum")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
         try:
             restored = self._manager.restore(
                 step, args=ocp.args.Composite(**{item: ocp.args.StandardRestore(abstract)})
-            )
+            )[item]
         except Exception as err:  # orbax raises many types for damaged files
-            raise ValueError(
-                f"cannot restore checkpoint {step} from {self._manager.directory}: "
-                f"{type(err).__name__}: {str(err)[:300]}"
+            raise DamagedCheckpoint(
+                f"{where} is damaged: orbax cannot restore {item!r} ({type(err).__name__})"
             ) from None
-        return restored[item]
+        if tree_digest(restored) != expected:
+            raise DamagedCheckpoint(f"{where} is damaged: {item!r} fails its checksum")
+        return restored
 
     def close(self) -> None:
         self._manager.close()

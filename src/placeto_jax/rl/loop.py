@@ -10,9 +10,13 @@ uninterrupted run. Metrics logged after that checkpoint by the killed run are dr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,13 @@ from placeto_jax.config import Config, RunConfig
 from placeto_jax.env.bank import Bank, PlacementGraph, build_bank, prepare
 from placeto_jax.files import atomic_write
 from placeto_jax.graphs.registry import load
-from placeto_jax.rl.checkpoint import Checkpointer, write_run
+from placeto_jax.rl.checkpoint import (
+    Checkpointer,
+    Provenance,
+    config_digest,
+    workdir_lock,
+    write_run,
+)
 from placeto_jax.rl.sharding import local_copy
 from placeto_jax.rl.train import Trainer, TrainState, make_train
 
@@ -58,6 +68,17 @@ def load_graphs(spec: str, config: Config) -> list[PlacementGraph]:
     return out
 
 
+class TrainingInterrupted(Exception):
+    """Ctrl-C during `train_and_evaluate`: the state at `step` was checkpointed in `workdir`."""
+
+    def __init__(self, workdir: str | os.PathLike, step: int):
+        self.workdir, self.step = workdir, step
+        super().__init__(
+            f"interrupted: checkpoint of update {step} saved in {os.fspath(workdir)}; run the "
+            "same command to resume from it"
+        )
+
+
 def train_and_evaluate(
     config: Config,
     graphs: list[PlacementGraph],
@@ -68,19 +89,60 @@ def train_and_evaluate(
     on_eval: Callable[[int, dict[str, float]], None] | None = None,
     mesh: Mesh | None = None,
 ) -> TrainResult:
-    """Train on `graphs` in `workdir`, resuming from its checkpoint if there is one.
-    `stop_at` ends the call after that many updates in total without a final checkpoint (a time
-    box, and how tests stand in for a killed run). `mesh` (`sharding.episode_mesh()`) splits the
-    episodes over its devices, across processes too; only process 0 logs."""
+    """Train on `graphs` in `workdir`, resuming from its newest intact checkpoint if there is
+    one. The directory is locked for the run (`checkpoint.workdir_lock`), and run.json must
+    describe the same config and graph contents. `stop_at` ends the call after that many
+    updates in total without a final checkpoint (a time box, and how tests stand in for a
+    killed run). Ctrl-C saves a checkpoint at the end of the current chunk of updates and
+    raises `TrainingInterrupted`. `mesh` (`sharding.episode_mesh()`) splits the episodes over
+    its devices, across processes too; only process 0 locks, writes and logs."""
     bank = build_bank(graphs, config.run.buckets)
     run = make_train(config, bank, cluster_of(config), mesh)
-    env_params = run.env_params
     lead = jax.process_index() == 0
-    if lead:
-        write_run(workdir, config, list(bank.names))
+    provenance = Provenance(config_digest(config), tuple(graph_digests(graphs)))
+    with workdir_lock(workdir) if lead else contextlib.nullcontext():
+        if lead:
+            write_run(workdir, config, list(bank.names), provenance.graphs)
+        with _interrupt_flag() as interrupted:
+            return _train(config, run, bank, workdir, provenance, progress, stop_at, on_eval,
+                          interrupted, lead)  # fmt: skip
+
+
+def graph_digests(graphs: list[PlacementGraph]) -> list[str]:
+    """The content digest of every graph as the user gave it (the op graph when coarsened)."""
+    return [(pg.op_graph or pg.graph).digest for pg in graphs]
+
+
+@contextlib.contextmanager
+def _interrupt_flag():
+    """A one-element list that turns True on the first Ctrl-C (the second one interrupts at
+    once); a no-op outside the main thread, where signal handlers cannot be installed."""
+    flag = [False]
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        if flag[0]:
+            raise KeyboardInterrupt
+        flag[0] = True
+        print("\nplaceto-jax: saving a checkpoint at the next update boundary (Ctrl-C again to "
+              "stop at once)", file=sys.stderr)  # fmt: skip
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _train(
+    config, run, bank, workdir, provenance, progress, stop_at, on_eval, interrupted, lead
+) -> TrainResult:
+    env_params = run.env_params
     checkpointer = Checkpointer(workdir)
     fresh = run.init(jax.random.key(config.seed), env_params)
-    state = checkpointer.restore_state(fresh) or fresh
+    state = checkpointer.restore_state(fresh, provenance) or fresh
     start = int(local_copy(state.iteration))
     log = MetricsLog(workdir, start) if lead else None
     total = config.train.iterations
@@ -110,9 +172,11 @@ def train_and_evaluate(
                             on_eval(iteration, summary)
                     if log is not None:
                         log.write(iteration, record)
-                if last % config.run.checkpoint_every == 0 or last == total:
-                    checkpointer.save(last, state)
+                if last % config.run.checkpoint_every == 0 or last == total or interrupted[0]:
+                    checkpointer.save(last, state, provenance)
                 bar.update(last - first + 1)
+                if interrupted[0]:
+                    raise TrainingInterrupted(workdir, last)
     finally:
         if log is not None:
             log.close()

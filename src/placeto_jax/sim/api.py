@@ -21,7 +21,7 @@ from placeto_jax.graphs.core import Graph
 from placeto_jax.sim.core import SimCluster, SimGraph, SimOutput, simulate_lanes
 from placeto_jax.sim.padded import PaddedGraph, bucket, pad_graph
 from placeto_jax.sim.result import SimResult
-from placeto_jax.sim.validate import check_placement
+from placeto_jax.sim.validate import check_simulation
 from placeto_jax.sim.wide import simulate_lanes_wide
 
 _padded_cache: weakref.WeakKeyDictionary[Graph, PaddedGraph] = weakref.WeakKeyDictionary()
@@ -129,14 +129,18 @@ def simulate(
     *,
     padding: PaddedGraph | None = None,
     dtype: Any = precision.EXACT,
+    allow_split: bool = False,
 ) -> SimResult:
     """Simulate one placement ([N] ints) or a batch ([B, N]); see docs/simulator.md.
+
+    A placement that puts two ops of one co-location class on different devices is refused
+    (ValueError naming them) unless `allow_split=True`, which simulates it as given.
 
     Batches are padded to a power of two so that repeated calls reuse one compiled program;
     `padding` (from `pad_graph(graph, ...)`) chooses the graph's padded sizes, by default
     power-of-two buckets. Results are NumPy in `dtype`: float64 (the default) is exact, equal to
     the reference to the last bit; float32 is faster and matches to rounding."""
-    placement = check_placement(placement, graph.n_ops, cluster.n_devices)
+    placement = check_simulation(graph, cluster, placement, allow_split)
     single = placement.ndim == 1
     batch = placement[None] if single else placement
     pg = padded(graph) if padding is None else padding

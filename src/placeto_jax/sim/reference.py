@@ -16,16 +16,19 @@ import numpy as np
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.sim.result import SimResult
-from placeto_jax.sim.validate import check_placement
+from placeto_jax.sim.validate import check_simulation
 
 _COMPLETE, _ARRIVE, _WAKE = 0, 1, 2
 
 
-def simulate_reference(graph: Graph, cluster: Cluster, placement) -> SimResult:
-    """Simulate one placement ([N] ints in [0, D)) event by event. Returns NumPy float64."""
-    placement = check_placement(placement, graph.n_ops, cluster.n_devices)
+def simulate_reference(
+    graph: Graph, cluster: Cluster, placement, *, allow_split: bool = False
+) -> SimResult:
+    """Simulate one placement ([N] ints in [0, D)) event by event. Returns NumPy float64.
+    Arguments are checked as `simulate` checks them."""
+    placement = check_simulation(graph, cluster, placement, allow_split)
     if placement.ndim == 2:
-        results = [simulate_reference(graph, cluster, p) for p in placement]
+        results = [simulate_reference(graph, cluster, p, allow_split=True) for p in placement]
         return SimResult(*(np.stack(x) for x in zip(*(_fields(r) for r in results), strict=True)))
     return _simulate_one(graph, cluster, [int(d) for d in placement])
 

@@ -4,6 +4,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from placeto_jax.cluster import Cluster
+from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.placements import colocation_split, split_message
+
+
+def check_simulation(graph, cluster, placement, allow_split: bool) -> np.ndarray:
+    """The placement as int64 [N] or [B, N] after checking every argument of a simulation:
+    TypeError for a graph or cluster of the wrong type, ValueError for a bad placement or one
+    that splits a co-location class (unless `allow_split`)."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a placeto_jax.Graph, got {type(graph).__name__}")
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster must be a placeto_jax.Cluster, got {type(cluster).__name__}")
+    arr = check_placement(placement, graph.n_ops, cluster.n_devices)
+    split = None if allow_split or graph.colocation is None else colocation_split(graph, arr)
+    if split is not None:
+        raise ValueError(
+            f"{split_message(graph, arr, split)}; pass allow_split=True to simulate it as given"
+        )
+    return arr
+
 
 def check_placement(placement, n_ops: int, n_devices: int) -> np.ndarray:
     """Return the placement as int64 [N] or [B, N]; raise ValueError naming what is wrong."""

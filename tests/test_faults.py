@@ -1,0 +1,284 @@
+"""Fault injection: damaged checkpoints, a second `train` on one workdir, changed graphs,
+nonsense configuration, unwritable folders, Ctrl-C, an unreachable coordinator, and wrong
+arguments to the Python API. Every fault ends in one clear line (or a documented recovery),
+never in a silent wrong result."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import placeto_jax as pj
+from placeto_jax.cli import main
+from placeto_jax.config import make_config
+from placeto_jax.env import prepare
+from placeto_jax.rl.loop import TrainingInterrupted, read_metrics, train_and_evaluate
+
+GRAPH = pj.Graph.from_edges([100.0] * 6, [1e5] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
+CLI = str(Path(sys.executable).with_name("placeto-jax"))  # the console script of this venv
+TINY = [
+    "--devices", "2", "--no-progress",
+    "--set", "train.iterations=6", "--set", "train.episodes=4", "--set", "policy.rounds=1",
+    "--set", "run.eval_every=2", "--set", "run.checkpoint_every=2",
+]  # fmt: skip
+
+
+def _train(workdir: Path, graph: str = "example:diamond", *extra: str) -> int:
+    return main(["train", "--graphs", graph, "--workdir", str(workdir), *TINY, *extra])
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    return err[-1] if err else ""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished run (checkpoints at updates 4 and 6) and its placement of the diamond."""
+    workdir = tmp_path_factory.mktemp("faults") / "run"
+    assert _train(workdir) == 0
+    out = workdir.parent / "placement.json"
+    assert main(["place", "example:diamond", "--checkpoint", str(workdir), "-o", str(out)]) == 0
+    return workdir, json.loads(out.read_text())["placement"]
+
+
+def _copy(trained, tmp_path) -> Path:
+    workdir = tmp_path / "run"
+    shutil.copytree(trained[0], workdir)
+    return workdir
+
+
+def _files(step: Path, item: str) -> list[Path]:
+    return sorted(p for p in (step / item).rglob("*") if p.is_file() and p.stat().st_size)
+
+
+def _flip(path: Path, rng: np.random.Generator, count: int = 16) -> None:
+    data = bytearray(path.read_bytes())
+    for i in rng.integers(0, len(data), size=count):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+# ---------------------------------------------------------------------- 1. checksums
+@pytest.mark.parametrize("seed", range(6))
+def test_flipped_bytes_in_the_latest_params_never_give_a_placement(trained, tmp_path, capsys, seed):
+    workdir = _copy(trained, tmp_path)
+    rng = np.random.default_rng(seed)
+    files = _files(workdir / "checkpoints" / "6", "params")
+    _flip(files[int(rng.integers(len(files)))], rng, count=int(rng.integers(1, 17)))
+    capsys.readouterr()
+    status = main(["place", "example:diamond", "--checkpoint", str(workdir)])
+    assert status == 2
+    err = _error(capsys)
+    assert "checkpoint step 6 in" in err and "is damaged" in err
+
+
+def test_a_damaged_latest_state_resumes_from_the_newest_intact_step(trained, tmp_path, capsys):
+    workdir = _copy(trained, tmp_path)
+    files = _files(workdir / "checkpoints" / "6", "state")
+    _flip(max(files, key=lambda p: p.stat().st_size), np.random.default_rng(0))
+    shutil.rmtree(workdir / "checkpoints" / "6" / "params")  # the policy too: place must refuse
+    capsys.readouterr()
+    assert _train(workdir) == 0  # resumes from update 4 and trains 5 and 6 again
+    err = capsys.readouterr().err
+    assert "checkpoint step 6" in err and "resuming from step 4" in err
+    assert (workdir / "damaged-checkpoints" / "6").is_dir()
+    assert [m["iteration"] for m in read_metrics(workdir)] == [1, 2, 3, 4, 5, 6]
+    out = tmp_path / "placement.json"
+    assert main(["place", "example:diamond", "--checkpoint", str(workdir), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["placement"] == trained[1]  # the same run, replayed
+
+
+def test_a_truncated_latest_step_falls_back_and_a_missing_record_counts_as_damage(
+    trained, tmp_path, capsys
+):
+    workdir = _copy(trained, tmp_path)
+    biggest = max(_files(workdir / "checkpoints" / "6", "state"), key=lambda p: p.stat().st_size)
+    biggest.write_bytes(biggest.read_bytes()[: biggest.stat().st_size // 2])
+    (workdir / "checkpoints" / "4" / "integrity.json").unlink()
+    capsys.readouterr()
+    assert _train(workdir) == 2  # neither step is intact
+    assert "every checkpoint in" in _error(capsys)
+
+
+# ---------------------------------------------------------------------- 2. one run per workdir
+def test_a_second_train_on_a_locked_workdir_is_refused(trained, tmp_path, capsys):
+    workdir = _copy(trained, tmp_path)
+    before = (workdir / "metrics.jsonl").read_text()
+    lock = workdir / "train.lock"
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": os.uname().nodename}))
+    assert _train(workdir) == 2
+    assert f"is in use by another train (pid {os.getppid()})" in _error(capsys)
+    assert (workdir / "metrics.jsonl").read_text() == before  # nothing appended
+    assert lock.exists()  # someone else's lock stays
+
+
+def test_a_stale_lock_is_taken_over_and_released(trained, tmp_path, capsys):
+    workdir = _copy(trained, tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (workdir / "train.lock").write_text(json.dumps({"pid": gone.pid, "host": os.uname().nodename}))
+    assert _train(workdir) == 0
+    assert "removing the stale lock" in capsys.readouterr().err
+    assert not (workdir / "train.lock").exists()
+
+
+# ---------------------------------------------------------------------- 3. changed graphs
+def test_a_resume_with_a_changed_graph_is_refused(tmp_path, capsys):
+    path = tmp_path / "g.json"
+    pj.save_graph(GRAPH, path)
+    assert _train(tmp_path / "run", str(path), "--set", "train.iterations=2") == 0
+    changed = pj.Graph.from_edges(GRAPH.cost * 10, GRAPH.out_bytes, GRAPH.edges)
+    pj.save_graph(changed, path)
+    assert _train(tmp_path / "run", str(path), "--set", "train.iterations=2") == 2
+    assert f"graph {str(path)!r} has changed since the run" in _error(capsys)
+
+
+# ---------------------------------------------------------------------- 4. configuration
+@pytest.mark.parametrize(
+    ("setting", "problem"),
+    [
+        ("train.learning_rate=inf", "config train.learning_rate=inf must be a finite number"),
+        ("env.memory_penalty=inf", "config env.memory_penalty=inf must be a finite number"),
+        ("train.entropy=-5", "config train.entropy must be >= 0"),
+        ("policy.head_widths=0", "config policy.head_widths must be >= 1"),
+        ("n_devices=3", "--set n_devices=3 conflicts with n_devices=2 given by its own flag"),
+        ("train.learning_rate=2", "config train.learning_rate must be <= 1"),
+    ],
+)
+def test_nonsense_configuration_writes_nothing(tmp_path, capsys, setting, problem):
+    assert _train(tmp_path / "run", "example:diamond", "--set", setting) == 2
+    assert problem in _error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_graph_writes_nothing(tmp_path, capsys):
+    assert _train(tmp_path / "run", "example:diamond,layered:0") == 2
+    assert "N must be an integer >= 1" in _error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------- 5. I/O faults
+def test_a_workdir_that_cannot_be_created_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    began = time.perf_counter()
+    assert _train(blocker / "run") == 2
+    assert time.perf_counter() - began < 30
+    err = _error(capsys)
+    assert err.startswith("placeto-jax: error: cannot create the run directory")
+    assert str(blocker / "run") in err
+
+
+def test_an_unreachable_coordinator_times_out_with_its_address(tmp_path):
+    argv = [
+        CLI, "train", "--graphs", "example:diamond",
+        "--workdir", str(tmp_path / "run"), *TINY, "--coordinator", "127.0.0.1:9",
+        "--num-processes", "2", "--process-id", "1", "--coordinator-timeout", "3",
+    ]  # fmt: skip
+    began = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert time.perf_counter() - began < 90
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("placeto-jax: error: cannot join the coordinator at 127.0.0.1:9")
+
+
+# ---------------------------------------------------------------------- 6. Ctrl-C
+def test_ctrl_c_saves_a_checkpoint_and_the_resume_ends_where_a_whole_run_ends(trained, tmp_path):
+    config = make_config(None, TINY[4::2], n_devices=2)  # the --set values of TINY
+    graphs = [prepare("example:diamond", pj.resolve_graph("example:diamond"))]
+
+    def interrupt(iteration, summary):
+        if iteration == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    workdir = tmp_path / "run"
+    with pytest.raises(TrainingInterrupted, match="checkpoint of update 2 saved in"):
+        train_and_evaluate(config, graphs, workdir, progress=False, on_eval=interrupt)
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == ["2"]
+    assert not (workdir / "train.lock").exists()
+    resumed = train_and_evaluate(config, graphs, workdir, progress=False)
+    assert resumed.resumed_from == 2
+    out = tmp_path / "placement.json"
+    assert main(["place", "example:diamond", "--checkpoint", str(workdir), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["placement"] == trained[1]
+
+
+def test_ctrl_c_on_the_command_line_exits_130_with_one_line(tmp_path):
+    workdir = tmp_path / "run"
+    argv = [
+        CLI, "train", "--graphs", "example:diamond",
+        "--workdir", str(workdir), "--devices", "2", "--no-progress",
+        "--set", "train.iterations=100000", "--set", "run.eval_every=1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (workdir / "metrics.jsonl").exists() or not read_metrics(workdir):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("placeto-jax: interrupted: checkpoint of update")
+    assert "run the same command to resume" in last and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------- 7. the Python API
+def test_wrong_types_and_out_of_range_inputs_name_the_argument():
+    diamond = pj.resolve_graph("example:diamond")
+    cases = [
+        (lambda: pj.graphs.load(None), TypeError, "a graph is named by a str or a path"),
+        (lambda: pj.graphs.load(5), TypeError, "got int"),
+        (lambda: pj.simulate(3, pj.Cluster(2), [0]), TypeError, "graph must be a placeto_jax"),
+        (lambda: pj.simulate(diamond, "k80", [0] * 4), TypeError, "cluster must be a"),
+        (
+            lambda: pj.Cluster.preset("placeto-k80", 2, bandwith=1.0),
+            TypeError,
+            "unknown Cluster field 'bandwith'",
+        ),
+        (lambda: pj.Cluster(2000), ValueError, "n_devices must be at most 1024"),
+        (lambda: pj.resolve_graph("layered:100000000"), ValueError, "N must be at most"),
+        (
+            lambda: pj.Graph.from_edges([True, False], [1.0, 1.0], []),
+            ValueError,
+            "cost must be numbers, got booleans",
+        ),
+        (
+            lambda: pj.Graph.from_edges([1e308, 1.0], [1.0, 1.0], []),
+            ValueError,
+            "cost is above 1e+12 at op 0",
+        ),
+        (
+            lambda: pj.Graph.from_edges([1.0], [2e15], []),
+            ValueError,
+            "out_bytes is above 1e+15 at op 0",
+        ),
+    ]
+    for call, kind, message in cases:
+        with pytest.raises(kind, match=message.replace("(", r"\(").replace("+", r"\+")):
+            call()
+
+
+def test_simulate_refuses_a_placement_that_splits_a_class_unless_asked():
+    graph = pj.Graph.from_edges(
+        [1.0, 2.0, 3.0], [1.0] * 3, [(0, 1), (1, 2)], names=["w", "f", "u"], colocation=[0, -1, 0]
+    )
+    cluster = pj.Cluster(2)
+    with pytest.raises(ValueError, match=r"ops 'w' \(device 0\) and 'u' \(device 1\)"):
+        pj.simulate(graph, cluster, [[0, 0, 0], [0, 1, 1]])
+    with pytest.raises(ValueError, match="allow_split=True"):
+        pj.simulate_reference(graph, cluster, [0, 1, 1])
+    split = pj.simulate(graph, cluster, [0, 1, 1], allow_split=True)
+    reference = pj.simulate_reference(graph, cluster, [0, 1, 1], allow_split=True)
+    assert split.makespan == reference.makespan
