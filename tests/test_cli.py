@@ -139,12 +139,12 @@ def test_simulate_gantt(capsys, tmp_path):
     assert os.listdir(tmp_path) == ["chart.png"]
 
 
-def test_unwritable_gantt_exits_1(capsys, tmp_path):
+def test_unwritable_gantt_exits_2(capsys, tmp_path):
     chart = tmp_path / "missing" / "chart.png"
     status, out, err = _run(
         capsys, "simulate", "example:diamond", "--devices", "3", "--gantt", str(chart)
     )
-    assert (status, out) == (1, "")
+    assert (status, out) == (2, "")
     assert err == f"placeto-jax: error: [Errno 2] No such file or directory: '{chart}'\n"
     assert os.listdir(tmp_path) == []
 
@@ -270,10 +270,10 @@ def test_version(capsys):
 
 
 def test_a_closed_pipe_exits_quietly():
-    """The reader leaves after one line of a 5000-device table: more than a pipe holds, so the
+    """The reader leaves after one line of a 1024-device table (73 kB): more than a pipe holds, so the
     child is still writing (`placeto-jax simulate ... | head -1`)."""
     code = "import sys; from placeto_jax.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = [sys.executable, "-c", code, "simulate", "example:diamond", "--devices", "5000"]
+    argv = [sys.executable, "-c", code, "simulate", "example:diamond", "--devices", "1024"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
         first = child.stdout.readline()
         child.stdout.close()

@@ -260,9 +260,9 @@ def test_wrong_types_and_out_of_range_inputs_name_the_argument():
             "cost is above 1e+12 at op 0",
         ),
         (
-            lambda: pj.Graph.from_edges([1.0], [2e15], []),
+            lambda: pj.Graph.from_edges([1.0], [2e18], []),
             ValueError,
-            "out_bytes is above 1e+15 at op 0",
+            "out_bytes is above 1e+18 at op 0",
         ),
     ]
     for call, kind, message in cases:

@@ -169,7 +169,7 @@ def test_family_list_name_is_not_one_graph(capsys):
 
 def test_missing_graph_and_unwritable_output(capsys, tmp_path):
     _error(capsys, 2, "graphs", "export", str(tmp_path / "nope.json"), "-o", "x.json")
-    err = _error(capsys, 1, "graphs", "plot", "example:diamond", "-o", str(tmp_path / "a/b.png"))
+    err = _error(capsys, 2, "graphs", "plot", "example:diamond", "-o", str(tmp_path / "a/b.png"))
     assert "b.png" in err
     assert list(tmp_path.iterdir()) == []
 

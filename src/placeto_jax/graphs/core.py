@@ -15,7 +15,7 @@ import numpy as np
 
 MAX_OPS = 1_000_000  # the largest graph accepted (the simulator pads it to a power of two)
 MAX_COST_US = 1e12  # µs (about 11.6 days): the largest op cost accepted
-MAX_BYTES = 1e15  # bytes (1 PB): the largest output or parameter size accepted
+MAX_BYTES = 1e18  # bytes (1 EB): the largest output or parameter size accepted
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
