@@ -270,8 +270,8 @@ def test_version(capsys):
 
 
 def test_a_closed_pipe_exits_quietly():
-    """The reader leaves after one line of a 1024-device table (73 kB): more than a pipe holds, so the
-    child is still writing (`placeto-jax simulate ... | head -1`)."""
+    """The reader leaves after one line of a 1024-device table (73 kB): more than a pipe holds,
+    so the child is still writing (`placeto-jax simulate ... | head -1`)."""
     code = "import sys; from placeto_jax.cli import main; sys.exit(main(sys.argv[1:]))"
     argv = [sys.executable, "-c", code, "simulate", "example:diamond", "--devices", "1024"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:

@@ -179,6 +179,39 @@ def test_a_workdir_that_cannot_be_created_is_one_line(tmp_path, capsys):
     assert str(blocker / "run") in err
 
 
+FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+from placeto_jax.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_disk_that_fills_during_a_save_is_one_line(tmp_path):
+    # Files may not grow past 8 kB: run.json and the metrics fit, the checkpoint does not.
+    argv = [sys.executable, "-c", FULL_DISK, "train", "--graphs", "example:diamond",
+            "--workdir", str(tmp_path / "run"), *TINY]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("placeto-jax: error: cannot save checkpoint 2 in")
+    assert "File too large" in lines[0] or "Failed writing" in lines[0]
+
+
+def test_too_little_free_space_is_refused_before_writing(tmp_path, capsys, monkeypatch):
+    from placeto_jax.rl import checkpoint
+
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(
+        10**9, 10**9 - 1000, 1000))  # fmt: skip
+    assert _train(tmp_path / "run") == 2
+    err = _error(capsys)
+    assert err.startswith("placeto-jax: error: cannot save checkpoint 2 in")
+    assert "0.0 MB free" in err and "MB needed" in err
+    assert not list((tmp_path / "run" / "checkpoints").iterdir())
+
+
 def test_an_unreachable_coordinator_times_out_with_its_address(tmp_path):
     argv = [
         CLI, "train", "--graphs", "example:diamond",

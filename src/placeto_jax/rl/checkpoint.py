@@ -22,10 +22,14 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import shutil
 import socket
 import sys
+import tempfile
+import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -211,6 +215,38 @@ class DamagedCheckpoint(ValueError):
     """A checkpoint step that orbax cannot restore or whose arrays fail their checksums."""
 
 
+def _tree_bytes(tree: Any) -> int:
+    return sum(
+        int(np.prod(np.shape(x))) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)
+    )
+
+
+@contextlib.contextmanager
+def _quiet_orbax() -> Iterator[None]:
+    """Hold back what orbax's threads print during the block (file descriptor 2 goes to a
+    temporary file): replayed when the block succeeds, dropped when it fails, and absl and
+    asyncio logging and thread tracebacks stay off after a failure. Orbax reports one failed
+    write from every thread it started; the caller reports it once."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            for name in ("absl", "asyncio"):  # its threads' and futures' reports of the failure
+                logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+            threading.excepthook = lambda args: None
+            warnings.simplefilter("ignore", RuntimeWarning)  # its abandoned coroutines, at exit
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        sys.stderr.write(held.read().decode(errors="replace"))
+
+
 def _file_digests(step_dir: Path) -> dict[str, str]:
     """SHA-256 of every file under a step's folder, by path relative to it."""
     return {
@@ -250,37 +286,53 @@ class Checkpointer:
     def _open(self) -> ocp.CheckpointManager:
         return ocp.CheckpointManager(
             self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=2, create=self._create),
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=2, create=self._create, enable_async_checkpointing=False
+            ),
         )
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
     def save(self, step: int, state: Any, provenance: Provenance) -> None:
-        """Save `state` at `step` and then its integrity record. OSError names the folder."""
-        try:
-            self._manager.save(
-                step,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state), params=ocp.args.StandardSave(state.params)
-                ),
-            )
-            self._manager.wait_until_finished()
-            record = {
-                "step": step,
-                "state": tree_digest(state),
-                "params": tree_digest(state.params),
-                "config": provenance.config,
-                "graphs": list(provenance.graphs),
-                "files": _file_digests(self.directory / str(step)),
-            }
-            with atomic_write(self.directory / str(step) / INTEGRITY) as f:
-                f.write(json.dumps(record, indent=1).encode())
-        except Exception as err:  # orbax wraps I/O failures in many types
+        """Save `state` at `step` and then its integrity record. OSError names the folder: when
+        there is clearly not enough free space (before writing anything), or when orbax fails
+        (its own logging and worker-thread tracebacks are silenced: the OSError is the report)."""
+        need = 2 * _tree_bytes(state) + (1 << 20)  # state + params, and metadata
+        free = shutil.disk_usage(self.directory).free
+        if free < need:
             raise OSError(
-                f"cannot save checkpoint {step} in {self.directory}: {type(err).__name__}: "
-                f"{' '.join(str(err).split())[:200]}"
+                f"cannot save checkpoint {step} in {self.directory}: {free / 1e6:.1f} MB free, "
+                f"about {need / 1e6:.1f} MB needed"
+            )
+        try:
+            with _quiet_orbax():
+                self._save(step, state, provenance)
+        except Exception as err:  # orbax wraps I/O failures in many types
+            text = " ".join(str(err).split())
+            text = text if len(text) <= 300 else f"{text[:150]} ... {text[-150:]}"
+            raise OSError(
+                f"cannot save checkpoint {step} in {self.directory}: {type(err).__name__}: {text}"
             ) from None
+
+    def _save(self, step: int, state: Any, provenance: Provenance) -> None:
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), params=ocp.args.StandardSave(state.params)
+            ),
+        )
+        self._manager.wait_until_finished()
+        record = {
+            "step": step,
+            "state": tree_digest(state),
+            "params": tree_digest(state.params),
+            "config": provenance.config,
+            "graphs": list(provenance.graphs),
+            "files": _file_digests(self.directory / str(step)),
+        }
+        with atomic_write(self.directory / str(step) / INTEGRITY) as f:
+            f.write(json.dumps(record, indent=1).encode())
 
     def restore_state(self, template: Any, provenance: Provenance) -> Any | None:
         """The newest intact TrainState (shaped like `template`), or None when there is no
