@@ -282,6 +282,7 @@ def test_wrong_types_and_out_of_range_inputs_name_the_argument():
         ),
         (lambda: pj.Cluster(2000), ValueError, "n_devices must be at most 1024"),
         (lambda: pj.resolve_graph("layered:100000000"), ValueError, "N must be at most"),
+        (lambda: pj.resolve_graph("cnn:100000000"), ValueError, "MODULES must be at most"),
         (
             lambda: pj.Graph.from_edges([True, False], [1.0, 1.0], []),
             ValueError,

@@ -58,6 +58,7 @@ from placeto_jax.graphs.core import Graph
 T = TypeVar("T")
 
 FORMAT = "placeto-jax-graph"
+MAX_FILE_BYTES = 2 * 2**30  # files are parsed whole: larger ones are refused before reading
 VERSION = 1
 _TOP_FIELDS = ("format", "version", "ops", "edges")
 _OP_FIELDS = ("name", "cost_us", "out_bytes", "param_bytes", "op_type", "colocation")
@@ -148,6 +149,12 @@ def _dumps(doc: dict) -> str:
 def read_json(path: str | os.PathLike) -> object:
     """Parse a JSON file (gzip-compressed when the name ends in `.gz`); ValueError names it."""
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ValueError(
+                f"{path}: {size / 2**30:.1f} GiB is more than the {MAX_FILE_BYTES / 2**30:.0f} GiB "
+                "a graph or placement file may have"
+            )
         raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None

@@ -133,6 +133,8 @@ def _cnn(args: list[str]) -> Graph:
     if len(args) > 2:
         raise ValueError("cnn takes an optional MODULES and SEED")
     modules = _integer(args[0], "MODULES", 1) if args else 10
+    if modules > MAX_CNN_MODULES:
+        raise ValueError(f"MODULES must be at most {MAX_CNN_MODULES:,}, got {modules:,}")
     seed = _integer(args[1], "SEED", 0) if len(args) == 2 else 0
     return generators.branchy_cnn(modules, seed)
 
@@ -164,6 +166,7 @@ def _integer(text: str, what: str, minimum: int) -> int:
     return int(text)
 
 
+MAX_CNN_MODULES = 10_000  # about 200,000 ops with the backward pass
 _GROUP = re.compile(r"family:([^/:]+)(?:/([a-z]+))?(?::([0-9]+))?")
 _BUILDERS: dict[str, Callable[[list[str]], Graph]] = {
     "example": _example,
