@@ -188,6 +188,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # a subprocess whose files may not grow: the free-space test above is faster
 def test_a_disk_that_fills_during_a_save_is_one_line(tmp_path):
     # Files may not grow past 8 kB: run.json and the metrics fit, the checkpoint does not.
     argv = [sys.executable, "-c", FULL_DISK, "train", "--graphs", "example:diamond",
@@ -247,6 +248,7 @@ def test_ctrl_c_saves_a_checkpoint_and_the_resume_ends_where_a_whole_run_ends(tr
     assert json.loads(out.read_text())["placement"] == trained[1]
 
 
+@pytest.mark.slow  # the same path as the in-process test above, through a real SIGINT
 def test_ctrl_c_on_the_command_line_exits_130_with_one_line(tmp_path):
     workdir = tmp_path / "run"
     argv = [
