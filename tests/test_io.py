@@ -27,6 +27,7 @@ def _rich_graph() -> Graph:
         names=["a", "b", "c", "d", "x→y"],
         op_types=["conv", "relu", "relu", "add", "input"],
         colocation=[-1, 3, 3, -1, 0],
+        costs_for=("v100", 3.2),
     )
 
 
@@ -39,6 +40,8 @@ def _assert_same(a: Graph, b: Graph) -> None:
             assert x.dtype == y.dtype and np.array_equal(x, y), field
     assert a.names == b.names
     assert a.op_types == b.op_types
+    assert a.costs_for == b.costs_for
+    assert a.digest == b.digest
 
 
 def _write(path, doc) -> str:

@@ -21,7 +21,7 @@ from jax.extend.core import Primitive
 
 import placeto_jax as pj
 from placeto_jax.graphs.costs import DEVICES, TRANSCENDENTAL_FLOPS
-from placeto_jax.graphs.trace import from_jax
+from placeto_jax.graphs.trace import eqn_cost, from_jax
 from placeto_jax.placers import colocate
 
 S, F32 = jax.ShapeDtypeStruct, jnp.float32
@@ -324,7 +324,27 @@ def test_bigger_matmul_costs_more_and_h100_is_faster():
     k80 = from_jax(mlp_step, MLP_PARAMS, *MLP_DATA)
     h100 = from_jax(mlp_step, MLP_PARAMS, *MLP_DATA, device="h100")
     assert np.all(k80.cost > 0)
-    assert np.all(h100.cost < k80.cost)
+    speed = pj.PRESETS["h100"]["speed"]
+    assert h100.costs_for == ("h100", speed) and k80.costs_for == ("placeto-k80", 1.0)
+    assert np.all(h100.cost / speed < k80.cost)  # each op is faster on the H100's roofline
+
+
+def test_costs_are_stored_at_speed_one_so_every_preset_scales_them_once():
+    # Traced for the V100, each op's cost is its V100 roofline time x the preset's speed, so the
+    # V100 preset simulates V100 times and the K80 preset rescales by the ratio of speeds once.
+    v100 = from_jax(mlp_step, MLP_PARAMS, *MLP_DATA, device="v100")
+    jaxpr = jax.make_jaxpr(mlp_step)(MLP_PARAMS, *MLP_DATA).jaxpr
+    spec = DEVICES["v100"]
+    speed = pj.PRESETS["v100"]["speed"]
+    on_v100 = [eqn_cost(e, spec) for e in jaxpr.eqns]
+    np.testing.assert_allclose(v100.cost, np.array(on_v100) * speed, rtol=1e-12)
+    single = np.zeros(v100.n_ops, dtype=int)
+    nonzero = int(np.sum(v100.cost > 0))
+    for preset, expected_speed in (("v100", speed), ("placeto-k80", 1.0)):
+        cluster = pj.Cluster.preset(preset, 1)
+        makespan = pj.simulate(v100, cluster, single).makespan
+        busy = v100.cost.sum() / expected_speed + cluster.delta1 * (nonzero - 1)
+        assert makespan == pytest.approx(busy, rel=1e-9)  # one device: back to back
 
 
 def test_simulate_runs_on_a_traced_graph():

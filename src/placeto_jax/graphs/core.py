@@ -34,6 +34,7 @@ class Graph:
     colocation: np.ndarray | None = (
         None  # [N] int64 group id (ops sharing one are co-located), -1 none
     )
+    costs_for: tuple[str, float] | None = None  # (preset, its speed) the costs were priced for
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -46,11 +47,14 @@ class Graph:
         names: Sequence[str] | None = None,
         op_types: Sequence[str] | None = None,
         colocation: Sequence[int] | np.ndarray | None = None,
+        costs_for: tuple[str, float] | None = None,
     ) -> Graph:
         """Validate and build a graph. Edges are (producer, consumer) pairs of op indices, or of
         op names when `names` is given. Duplicate edges are merged. Raises `ValueError` naming the
         problem: bad lengths, negative or non-finite numbers, edges to missing ops, self-loops,
-        cycles (with the ops on one cycle)."""
+        cycles (with the ops on one cycle). `costs_for` records where the costs come from:
+        (cluster preset, its speed); costs are always µs on a device of speed 1.0, so a graph
+        priced on a preset of speed s holds that device's times x s (docs/graphs.md)."""
         cost_arr = _vector("cost", cost, limit=MAX_COST_US)
         n = cost_arr.shape[0]
         if n == 0:
@@ -73,7 +77,10 @@ class Graph:
             if coloc.shape != (n,) or not np.issubdtype(coloc.dtype, np.integer):
                 raise ValueError(f"colocation must be {n} integers (group id, -1 for none)")
             coloc = coloc.astype(np.int64)
-        graph = cls(cost_arr, out_arr, param_arr, edge_arr, name_tuple, types, coloc)
+        graph = cls(
+            cost_arr, out_arr, param_arr, edge_arr, name_tuple, types, coloc,
+            _costs_for(costs_for),
+        )  # fmt: skip
         graph.topological_order  # noqa: B018  (raises on a cycle)
         return graph
 
@@ -127,6 +134,7 @@ class Graph:
         h.update("\0".join(self.op_types or ()).encode())
         if self.colocation is not None:
             h.update(self.colocation.tobytes())
+        h.update(repr(self.costs_for).encode())
         return h.hexdigest()
 
     # ------------------------------------------------------------------ co-location
@@ -270,6 +278,19 @@ class Graph:
 
 
 # ---------------------------------------------------------------------- validation helpers
+def _costs_for(value) -> tuple[str, float] | None:
+    if value is None:
+        return None
+    try:
+        preset, speed = value
+        speed = float(speed)
+    except (TypeError, ValueError):
+        raise ValueError(f"costs_for must be (preset name, speed), got {value!r}") from None
+    if not isinstance(preset, str) or not (np.isfinite(speed) and speed > 0):
+        raise ValueError(f"costs_for must be (preset name, speed > 0), got {value!r}")
+    return (preset, speed)
+
+
 def _vector(field: str, values, n: int | None = None, *, limit: float) -> np.ndarray:
     """[N] float64 copy of `values`: ValueError for booleans, non-numbers, a wrong length,
     non-finite, negative or above `limit` entries (naming the op)."""

@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from placeto_jax.cluster import GBPS
+from placeto_jax.cluster import GBPS, PRESETS
 
 TFLOPS = 1e6  # FLOP per µs in one TFLOP/s
 TRANSCENDENTAL_FLOPS = 8.0  # FLOPs charged per element of a transcendental op
@@ -46,6 +46,7 @@ class DeviceSpec:
     peak_flops: float  # FLOP/µs, FP32 peak (1 TFLOP/s = 1e6 FLOP/µs)
     bandwidth: float  # bytes/µs, device memory (1 GB/s = 1e3 bytes/µs)
     launch_us: float  # µs added to every op: the duration of an empty kernel
+    speed: float = 1.0  # the cluster preset's relative speed: µs on it x speed = µs at speed 1
 
 
 # Keyed by cluster preset name (placeto_jax.cluster.PRESETS). FP32 peak and memory bandwidth are
@@ -106,12 +107,13 @@ _warned: set[str] = set()  # primitive names already warned about (once per proc
 
 
 def device_spec(device: str | DeviceSpec) -> DeviceSpec:
-    """The roofline parameters of a cluster preset name, or `device` itself."""
+    """The roofline parameters of a cluster preset name (with the preset's speed), or `device`
+    itself."""
     if isinstance(device, DeviceSpec):
         return device
     if device not in DEVICES:
         raise ValueError(f"no roofline parameters for device {device!r}; choose {sorted(DEVICES)}")
-    return DEVICES[device]
+    return dataclasses.replace(DEVICES[device], speed=PRESETS[device]["speed"])
 
 
 def elements(aval: Any) -> int:

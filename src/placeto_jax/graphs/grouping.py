@@ -417,6 +417,7 @@ def _grouped_graph(graph: Graph, op_to_group: np.ndarray, ties: np.ndarray | Non
         names=_unique([_common_prefix([graph.names[v] for v in ops]) for ops in members]),
         op_types=op_types,
         colocation=ties,
+        costs_for=graph.costs_for,
     )
 
 

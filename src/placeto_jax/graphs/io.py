@@ -31,6 +31,11 @@ length N (the number of ops); op i is entry i of every list.
 | `ops.op_type` | N strings or null | op kind, e.g. `"dot_general"` (optional) |
 | `ops.colocation` | N integers or null | co-location group (optional), see below |
 | `edges` | `[producer, consumer]` pairs | 0-based op indices; consumer reads producer's output |
+| `costs_for` | `{"preset": P, "speed": s}` or null | optional: costs priced on preset P (below) |
+
+Costs are always µs on a device of speed 1.0. `costs_for` says where they come from: a graph
+traced with the roofline of preset P of speed s holds P's times x s, so that simulating it on P
+gives P's times and on another preset rescales once, by the ratio of the speeds.
 
 `op_type` and `colocation` may be null or left out. Ops that share a `colocation` id ≥ 0 must be
 placed on one device; -1 means no group.
@@ -60,7 +65,7 @@ T = TypeVar("T")
 FORMAT = "placeto-jax-graph"
 MAX_FILE_BYTES = 2 * 2**30  # files are parsed whole: larger ones are refused before reading
 VERSION = 1
-_TOP_FIELDS = ("format", "version", "ops", "edges")
+_TOP_FIELDS = ("format", "version", "ops", "edges", "costs_for")
 _OP_FIELDS = ("name", "cost_us", "out_bytes", "param_bytes", "op_type", "colocation")
 _JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
 
@@ -102,6 +107,9 @@ def graph_to_dict(graph: Graph) -> dict:
             "colocation": None if graph.colocation is None else graph.colocation.tolist(),
         },
         "edges": graph.edges.tolist(),
+        "costs_for": None
+        if graph.costs_for is None
+        else {"preset": graph.costs_for[0], "speed": graph.costs_for[1]},
     }
 
 
@@ -109,7 +117,7 @@ def graph_from_dict(doc: object) -> Graph:
     """Validate a parsed file and build its Graph; ValueError names the first problem."""
     if not isinstance(doc, dict):
         raise ValueError(f"expected a JSON object at the top level, got {_kind(doc)}")
-    _check_fields(doc, _TOP_FIELDS, _TOP_FIELDS, "")
+    _check_fields(doc, _TOP_FIELDS, _TOP_FIELDS[:4], "")
     if doc.get("format") != FORMAT:
         raise ValueError(f'"format" is {_short(doc.get("format"))}, expected "{FORMAT}"')
     version = doc.get("version")
@@ -129,7 +137,23 @@ def graph_from_dict(doc: object) -> Graph:
         names=names,
         op_types=_column(ops, "op_type", "strings", _is_str, n, optional=True),
         colocation=_column(ops, "colocation", "integers", _is_int, n, optional=True),
+        costs_for=_costs_for(doc.get("costs_for")),
     )
+
+
+def _costs_for(value: object) -> tuple[str, float] | None:
+    """The optional "costs_for" field: {"preset": name, "speed": number > 0} or null."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"preset", "speed"}
+        or not _is_str(value["preset"])
+        or not _is_number(value["speed"])
+    ):
+        expected = '{"preset": name, "speed": number}'
+        raise ValueError(f'"costs_for" must be {expected}, got {_short(value)}')
+    return (value["preset"], float(value["speed"]))
 
 
 # ---------------------------------------------------------------------- helpers
@@ -142,7 +166,8 @@ def _dumps(doc: dict) -> str:
     ops = ",\n".join(f"    {dump(k)}: {dump(v)}" for k, v in doc["ops"].items())
     return (
         f'{{\n  "format": {dump(doc["format"])},\n  "version": {dump(doc["version"])},\n'
-        f'  "ops": {{\n{ops}\n  }},\n  "edges": {dump(doc["edges"])}\n}}\n'
+        f'  "ops": {{\n{ops}\n  }},\n  "edges": {dump(doc["edges"])},\n'
+        f'  "costs_for": {dump(doc["costs_for"])}\n}}\n'
     )
 
 

@@ -101,9 +101,10 @@ def from_jax(
 ) -> Graph:
     """The placement graph of `fn` applied to `example_args` (see the module docstring).
 
-    `device` is a cluster preset name (or a `DeviceSpec`) whose roofline prices the ops: costs
-    are µs on that device. Simulate on the same preset with `speed=1.0`, or trace on the default
-    `placeto-k80` and let a preset's `speed` scale the costs (the simulator divides by it).
+    `device` is a cluster preset name (or a `DeviceSpec`) whose roofline prices the ops. Costs
+    are stored as the Graph's unit, µs on a device of speed 1.0: the device's times x its
+    preset's speed, recorded in `costs_for`. Simulated on that preset they take the device's
+    times; on another preset they rescale once, by the ratio of the speeds.
     `cost_model="measure"` times the ops on the current backend instead (`device` then only
     prices fallbacks), reading and updating the op time cache at `cache` (default: see
     `placeto_jax.graphs.measure.cache_path`) once per call. `name` prefixes every op name.
@@ -130,18 +131,24 @@ def from_jax(
         raise ValueError("the traced function has no operations to place")
     n = len(builder.cost)
     sizes = [nbytes(v.aval) for v in closed.jaxpr.invars]
+    if cost_model == "roofline":  # µs on the device -> µs at speed 1.0, the Graph's unit
+        cost = [c * spec.speed for c in builder.cost]
+        costs_for = (device if isinstance(device, str) else "custom", spec.speed)
+    else:
+        cost, costs_for = builder.cost, (f"measured on {jax.default_backend()}", 1.0)
     colocation = None
     if colocate_params and any(is_param):
         weights = _weights(example_args, param_argnums, out_shape)
         colocation = _weight_classes(n, weights, builder.param_users, outputs)
     return Graph.from_edges(
-        builder.cost,
+        cost,
         builder.out_bytes,
         builder.edges,
         param_bytes=_held_params(n, builder.param_users, sizes),
         names=builder.names,
         op_types=builder.op_types,
         colocation=colocation,
+        costs_for=costs_for,
     )
 
 
