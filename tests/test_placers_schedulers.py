@@ -3,12 +3,14 @@ simulator where the scheduler's model is exact, SCT's favourite children, memory
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
+import placeto_jax as pj
 from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.graphs.generators import diamond
-from placeto_jax.placers import listsched
+from placeto_jax.placers import listsched, run_method
 from placeto_jax.placers.timeline import upward_rank
 
 SCHEDULERS = [
@@ -143,3 +145,18 @@ def test_m_topo_blocks_follow_speed():
     graph = Graph.from_edges([10.0] * 8, [0.0] * 8, [(i, i + 1) for i in range(7)])
     placement = listsched.m_topo(graph, Cluster(n_devices=2, speed=(1.0, 2.0))).placement
     assert placement.tolist() == [0, 0, 1, 1, 1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("method", ["m-topo", "m-etf", "m-sct"])
+def test_a_scheduler_that_cannot_fit_memory_says_so(method, capsys):
+    # Three independent ops of 10 bytes of parameters, two devices of 15 bytes: one op per device
+    # fits, the third fits nowhere, and the result says so instead of dropping the limit quietly.
+    graph = pj.Graph.from_edges([5.0, 5.0, 5.0], [0.0] * 3, [], param_bytes=[10.0] * 3)
+    cluster = pj.Cluster(2, memory=15.0)
+    result = run_method(method, graph, cluster, jax.random.key(0))
+    assert result.note == (
+        "no device had memory left for 1 of 3 ops (by the scheduler's memory bound); they were "
+        "placed without it"
+    )
+    assert not result.fits_memory
+    assert run_method(method, graph, pj.Cluster(2, memory=30.0), jax.random.key(0)).note == ""

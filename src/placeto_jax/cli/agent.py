@@ -293,6 +293,8 @@ def _place_method(args: argparse.Namespace) -> int:
     print(f"graph    {args.graph}: {graph.n_ops} ops; method {result.method}")
     print(devices_line(cluster) + "\n")
     print(method_table(result))
+    if result.note:
+        print(f"\nwarning: {result.method}: {result.note}", file=sys.stderr)
     _after_placing(result.fits_memory, args.output)
     return 0
 

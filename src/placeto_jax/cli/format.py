@@ -290,6 +290,7 @@ def method_json(spec: str, r: PlacerResult, cluster: Cluster) -> dict:
         "fits_memory": r.fits_memory,
         "evaluations": r.evaluations,
         "wall_s": r.wall_s,
+        "note": r.note,
         "placement": r.placement.tolist(),
     }
 

@@ -43,7 +43,13 @@ def _scheduler(scheduler: Callable[[Graph, Cluster], Schedule]) -> Solver:
     def solve(graph, cluster, key, budget=None) -> Solution:
         del key, budget
         schedule = scheduler(graph, cluster)
-        return Solution(schedule.placement, 0, schedule.makespan)
+        note = ""
+        if schedule.overflowing:
+            note = (
+                f"no device had memory left for {schedule.overflowing} of {graph.n_ops} ops "
+                "(by the scheduler's memory bound); they were placed without it"
+            )
+        return Solution(schedule.placement, 0, schedule.makespan, note)
 
     return solve
 
@@ -156,6 +162,7 @@ def scored(
         evaluations=solution.evaluations,
         wall_s=wall_s,
         estimate=solution.estimate,
+        note=solution.note,
     )
 
 

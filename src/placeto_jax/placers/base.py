@@ -20,6 +20,7 @@ class Solution:
     placement: np.ndarray  # [N] int64 device per op
     evaluations: int = 0  # simulator calls (placements simulated) used to choose it
     estimate: float = math.nan  # µs, the method's own makespan estimate (NaN: none)
+    note: str = ""  # what the method could not do (e.g. respect memory), for the user
 
 
 MEMORY_PENALTY = 1e9  # µs per unit of relative memory overflow
@@ -65,3 +66,4 @@ class PlacerResult:
     evaluations: int  # simulator calls the method used (the final scoring call not counted)
     wall_s: float  # seconds the method took (including any JIT compilation it triggered)
     estimate: float = math.nan  # µs, the method's own makespan estimate (NaN: none)
+    note: str = ""  # what the method could not do, from its Solution

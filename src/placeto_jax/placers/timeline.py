@@ -37,6 +37,7 @@ class Schedule:
     placement: np.ndarray  # [N] int64 device per op
     start: np.ndarray  # [N] µs, estimated
     end: np.ndarray  # [N] µs, estimated
+    overflowing: int = 0  # ops placed where they did not fit the memory bound (no device had room)
 
     @property
     def makespan(self) -> float:  # µs, the scheduler's estimate
@@ -74,6 +75,7 @@ class Timeline:
         self.arrival: dict[tuple[int, int], float] = {}  # (op, device or -1 broadcast) -> µs
         self.copies: set[tuple[int, int]] = set()  # (op, device) holding a copy of its output
         self.memory = [0.0] * n_dev  # bytes charged so far
+        self.overflowing = 0  # ops reserved on a device without room for them
 
     # ------------------------------------------------------------------ queries
     def devices(self, v: int) -> list[int]:
@@ -164,6 +166,7 @@ class Timeline:
 
     def reserve(self, v: int, d: int) -> None:
         """Place v on d without timing it: memory, input copies, co-location pin."""
+        self.overflowing += not self.fits(v, d)
         self.memory[d] += self.memory_need(v, d)
         self.copies.update((u, d) for u in self.parents[v] if self.place[u] != d)
         self.place[v] = d
@@ -175,6 +178,7 @@ class Timeline:
             placement=np.asarray(self.place, dtype=np.int64),
             start=np.asarray(self.start),
             end=np.asarray(self.end),
+            overflowing=self.overflowing,
         )
 
 
