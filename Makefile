@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 RUN_DIR ?= runs/make-run
 
 run: install  ## train Placeto on family:nmt/train (4 devices, CPU preset), place family:nmt/test zero-shot
-	$(VENV)/bin/placeto-jax train --graphs family:nmt/train --devices 4 --preset tiny --workdir $(RUN_DIR)
+	$(VENV)/bin/placeto-jax train --graphs family:nmt/train --devices 4 --preset tiny --workdir $(RUN_DIR) --no-heuristics
 	$(VENV)/bin/placeto-jax eval --checkpoint $(RUN_DIR) --graphs family:nmt/test
 
 test: install  ## the default suite (slow tests excluded)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
 import placeto_jax as pj
 from placeto_jax.cli import main
 from placeto_jax.graphs.registry import resolve_graph
+from placeto_jax.placers import FAST_HEURISTICS, run_method
 
 TINY = [
     "--set",
@@ -72,6 +74,15 @@ def test_place_json_has_the_documented_fields(run_dir, capsys, tmp_path):
         == 0
     )
     assert json.loads(capsys.readouterr().out)["makespan_us"] == pytest.approx(doc["makespan_us"])
+    # the comparison a user reads: the best fast heuristic on the same graph, run independently
+    graph, cluster = resolve_graph("layered:16:3"), pj.Cluster.preset("placeto-k80", 2)
+    runs = {m: run_method(m, graph, cluster, jax.random.key(0)) for m in FAST_HEURISTICS}
+    best = min(runs.values(), key=lambda r: (not r.fits_memory, r.makespan))
+    assert doc["best_heuristic"] == {
+        "method": best.method,
+        "makespan_us": pytest.approx(best.makespan),
+        "fits_memory": best.fits_memory,
+    }
 
 
 def test_eval_prints_one_row_per_graph(run_dir, capsys):
@@ -80,6 +91,19 @@ def test_eval_prints_one_row_per_graph(run_dir, capsys):
     )
     out = capsys.readouterr().out
     assert "single ms" in out and "example:diamond" in out and "layered:9" in out
+    assert "best heuristic ms" in out and "vs best" in out
+    argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "layered:9", "--no-heuristics"]
+    assert main(argv) == 0
+    assert "best heuristic" not in capsys.readouterr().out
+
+
+def test_train_and_place_compare_with_the_best_heuristic(run_dir, capsys):
+    assert _train(run_dir) == 0  # the run is complete: only its summary is printed
+    out = capsys.readouterr().out
+    assert "against single device and the best of the fast heuristics" in out
+    assert main(["place", "example:diamond", "--checkpoint", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "best heuristic (" in out and "vs best heuristic" in out
 
 
 def _simulated(spec: str, cluster: str, devices: int, placement: list[int]):

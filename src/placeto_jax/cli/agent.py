@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from placeto_jax.cli.format import (
     devices_line,
@@ -37,7 +38,7 @@ from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.placements import save_placement
 from placeto_jax.graphs.registry import resolve_graph
-from placeto_jax.placers import METHODS, run_method
+from placeto_jax.placers import METHODS, PlacerResult, best_heuristic, run_method
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.evaluate import Placement, place_graphs
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
@@ -82,6 +83,7 @@ def add_agent_commands(commands) -> None:
         help="override a config field, e.g. train.episodes=128 (repeatable)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--no-heuristics", action="store_true", help=NO_HEURISTICS)
     train.add_argument(
         "--coordinator",
         metavar="HOST:PORT",
@@ -136,10 +138,15 @@ def add_agent_commands(commands) -> None:
     evaluate.add_argument("--graphs", required=True, metavar="NAME[,NAME...]", help="graphs")
     add_cluster_option(evaluate, None, CHECKPOINT_CLUSTER)
     evaluate.add_argument("--json", action="store_true", help="print a JSON list")
+    evaluate.add_argument("--no-heuristics", action="store_true", help=NO_HEURISTICS)
     evaluate.set_defaults(command=_eval)
 
 
 INTERRUPTED = 130  # exit status of a train stopped by Ctrl-C (128 + SIGINT)
+NO_HEURISTICS = (
+    "do not run the fast heuristics (METIS, HEFT, m-ETF, m-SCT) that the table compares with "
+    "(they take seconds per graph)"
+)
 
 
 # ---------------------------------------------------------------------- train
@@ -162,8 +169,24 @@ def _train(args: argparse.Namespace) -> int:
     except TrainingInterrupted as stop:
         print(f"placeto-jax: {stop}", file=sys.stderr)
         return INTERRUPTED
-    print(train_text(config, graphs, result.evaluation, workdir))
+    cluster = cluster_of(config)
+    placements = place_graphs(config, result.state.params, graphs, cluster)
+    heuristics = None
+    if not args.no_heuristics:
+        heuristics = heuristics_of(graphs, cluster, args.seed, progress=not args.no_progress)
+    print(train_text(config, placements, heuristics, workdir))
     return 0
+
+
+def heuristics_of(
+    graphs: list[PlacementGraph], cluster: Cluster, seed: int, progress: bool = False
+) -> list[PlacerResult]:
+    """The best fast heuristic (`placers.best_heuristic`) on the op graph of each graph."""
+    key = jax.random.key(seed)
+    return [
+        best_heuristic(pg.op_graph or pg.graph, cluster, key)
+        for pg in tqdm(graphs, desc="heuristics", unit="graph", disable=not progress)
+    ]
 
 
 def _join(args: argparse.Namespace) -> None:
@@ -262,15 +285,16 @@ def _place(args: argparse.Namespace) -> int:
         args.checkpoint, args.graph, args.devices, args.cluster
     )
     _write_placement(args.output, graph.op_graph or graph.graph, result.placement, cluster)
+    (best,) = heuristics_of([graph], cluster, args.seed)
     if args.json:
-        print(json.dumps(policy_json(result, cluster)))
+        print(json.dumps(policy_json(result, best, cluster)))
         return 0
     print(
         f"graph    {result.graph}: placed as {result.n_nodes} nodes{_tied(result)} by the "
         f"policy in {args.checkpoint}"
     )
     print(devices_line(cluster) + "\n")
-    print(policy_table(result))
+    print(policy_table(result, best))
     _after_placing(result.fits_memory, args.output)
     return 0
 
@@ -315,9 +339,16 @@ def _after_placing(fits: bool, output: str | None) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    cluster, _, results = _placements(args.checkpoint, args.graphs, None, args.cluster)
-    if args.json:
-        print(json.dumps([policy_json(r, cluster) for r in results]))
+    cluster, graphs, results = _placements(args.checkpoint, args.graphs, None, args.cluster)
+    heuristics = None if args.no_heuristics else heuristics_of(graphs, cluster, 0)
+    if args.json and heuristics is None:
+        print(json.dumps([policy_json(r, None, cluster) for r in results]))
+    elif args.json:
+        print(
+            json.dumps(
+                [policy_json(r, b, cluster) for r, b in zip(results, heuristics, strict=True)]
+            )
+        )
     else:
-        print(eval_table(results))
+        print(eval_table(results, heuristics))
     return 0

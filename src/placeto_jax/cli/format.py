@@ -12,7 +12,6 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
-from placeto_jax.env.bank import PlacementGraph
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.stats import GraphStats, graph_stats
 from placeto_jax.placers import PlacerResult
@@ -234,26 +233,19 @@ def show_text(doc: dict) -> str:
 
 # ---------------------------------------------------------------------- train / place / eval
 def train_text(
-    config: Config, graphs: Sequence[PlacementGraph], evaluation: dict, workdir: str
+    config: Config,
+    results: Sequence[Placement],
+    heuristics: Sequence[PlacerResult] | None,
+    workdir: str,
 ) -> str:
-    """The greedy evaluation after training, one row per graph, and where the run is."""
-    rows = [("graph", "nodes", "initial", "placeto", "improvement")]
-    for i, pg in enumerate(graphs):
-        initial, best = evaluation["initial_runtime"][i], evaluation["best_runtime"][i]
-        rows.append(
-            (
-                pg.name,
-                str(pg.graph.n_ops),
-                f"{initial:.4g}",
-                f"{best:.4g}",
-                f"{initial / best:.2f}x",
-            )
-        )
-    unit = "relative to the initial placement" if config.env.normalize == "initial" else "s"
+    """The greedy placements after training against single device and (unless None) the best
+    fast heuristic on each graph (`eval_table`), and where the run is."""
+    against = "and the best of the fast heuristics " if heuristics else ""
     return "\n".join(
         [
-            f"greedy evaluation after {config.train.iterations} updates (runtime, {unit}):",
-            format_table(rows),
+            f"greedy placements after {config.train.iterations} updates, against single device "
+            f"{against}on each graph:",
+            eval_table(results, heuristics),
             "",
             f"run directory: {workdir}  (place a graph: placeto-jax place GRAPH "
             f"--checkpoint {workdir})",
@@ -261,8 +253,9 @@ def train_text(
     )
 
 
-def policy_json(r: Placement, cluster: Cluster) -> dict:
-    """A policy's placement of one graph on `cluster`."""
+def policy_json(r: Placement, best: PlacerResult | None, cluster: Cluster) -> dict:
+    """A policy's placement of one graph on `cluster`, with the best fast heuristic's (null
+    when it was not run)."""
     return {
         "graph": r.graph,
         "method": "placeto",
@@ -275,6 +268,13 @@ def policy_json(r: Placement, cluster: Cluster) -> dict:
         "nodes": r.n_nodes,
         "decisions": r.n_units,
         "evaluations": r.evaluations,
+        "best_heuristic": None
+        if best is None
+        else {
+            "method": best.method,
+            "makespan_us": best.makespan,
+            "fits_memory": best.fits_memory,
+        },
         "placement": r.placement.tolist(),
     }
 
@@ -295,18 +295,25 @@ def method_json(spec: str, r: PlacerResult, cluster: Cluster) -> dict:
     }
 
 
-def policy_table(r: Placement) -> str:
-    """One graph placed by a policy against its single-device and initial placements."""
+def policy_table(r: Placement, best: PlacerResult) -> str:
+    """One graph placed by a policy against single device, its initial placement and the best
+    fast heuristic (speedups: that placement's makespan over each row's)."""
+
+    def row(label: str, makespan: float, fits: bool = True) -> tuple[str, ...]:
+        return (
+            label + ("" if fits else " *"),
+            f"{makespan / MS:.3f}",
+            f"{r.single_device_makespan / makespan:.2f}x",
+            f"{best.makespan / makespan:.2f}x",
+        )
+
     return format_table(
         [
-            ("placement", "makespan ms", "speedup vs single"),
-            ("single device", f"{r.single_device_makespan / MS:.3f}", "1.00x"),
-            (
-                "initial (random)",
-                f"{r.initial_makespan / MS:.3f}",
-                f"{r.single_device_makespan / r.initial_makespan:.2f}x",
-            ),
-            ("placeto", f"{r.makespan / MS:.3f}", f"{r.single_device_makespan / r.makespan:.2f}x"),
+            ("placement", "makespan ms", "vs single", "vs best heuristic"),
+            row("single device", r.single_device_makespan),
+            row("initial (random)", r.initial_makespan),
+            row(f"best heuristic ({best.method})", best.makespan, best.fits_memory),
+            row("placeto", r.makespan, r.fits_memory),
         ]
     )
 
@@ -325,18 +332,26 @@ def method_table(r: PlacerResult) -> str:
     )
 
 
-def eval_table(results: Sequence[Placement]) -> str:
-    """One row per graph placed by a policy."""
-    rows = [("graph", "nodes", "single ms", "initial ms", "placeto ms", "speedup")]
-    for r in results:
-        rows.append(
-            (
-                r.graph,
-                str(r.n_nodes),
-                f"{r.single_device_makespan / MS:.3f}",
-                f"{r.initial_makespan / MS:.3f}",
-                f"{r.makespan / MS:.3f}",
-                f"{r.single_device_makespan / r.makespan:.2f}x",
-            )
-        )
+def eval_table(results: Sequence[Placement], heuristics: Sequence[PlacerResult] | None) -> str:
+    """One row per graph placed by a policy, next to single device and (unless None) the best
+    fast heuristic on the same op graph (`*`: overflows a device's memory). Speedups above 1
+    favour Placeto."""
+    best_columns = ("best heuristic ms", "placeto ms", "vs single", "vs best")
+    rows = [("graph", "nodes", "single ms", *(best_columns if heuristics else best_columns[1:3]))]
+    for i, r in enumerate(results):
+        row = [r.graph, str(r.n_nodes), f"{r.single_device_makespan / MS:.3f}"]
+        if heuristics:
+            best = heuristics[i]
+            row.append(f"{best.makespan / MS:.3f} {best.method}" + _star(best.fits_memory))
+        row += [
+            f"{r.makespan / MS:.3f}" + _star(r.fits_memory),
+            f"{r.single_device_makespan / r.makespan:.2f}x",
+        ]
+        if heuristics:
+            row.append(f"{heuristics[i].makespan / r.makespan:.2f}x")
+        rows.append(tuple(row))
     return format_table(rows)
+
+
+def _star(fits: bool) -> str:
+    return "" if fits else " *"
