@@ -6,6 +6,8 @@ the arithmetic written out in the test.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -157,7 +159,9 @@ def test_device_table_covers_every_cluster_preset_and_newer_is_faster():
 def test_device_spec_lookup():
     spec = costs.DeviceSpec(peak_flops=1.0, bandwidth=1.0, launch_us=0.0)
     assert costs.device_spec(spec) is spec
-    assert costs.device_spec("a100") is costs.DEVICES["a100"]
+    a100 = costs.device_spec("a100")  # the roofline parameters, with the preset's speed
+    assert dataclasses.replace(a100, speed=1.0) == costs.DEVICES["a100"]
+    assert a100.speed == PRESETS["a100"]["speed"]
     with pytest.raises(ValueError, match="no roofline parameters for device 'tpu'"):
         costs.device_spec("tpu")
 
