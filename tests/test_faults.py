@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -201,15 +202,20 @@ def test_a_disk_that_fills_during_a_save_is_one_line(tmp_path):
     assert "File too large" in lines[0] or "Failed writing" in lines[0]
 
 
-def test_too_little_free_space_is_refused_before_writing(tmp_path, capsys, monkeypatch):
+class _State(NamedTuple):  # a pytree with the `params` a checkpoint saves beside the state
+    params: dict
+
+
+def test_too_little_free_space_is_refused_before_writing(tmp_path, monkeypatch):
     from placeto_jax.rl import checkpoint
 
     monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(
         10**9, 10**9 - 1000, 1000))  # fmt: skip
-    assert _train(tmp_path / "run") == 2
-    err = _error(capsys)
-    assert err.startswith("placeto-jax: error: cannot save checkpoint 2 in")
-    assert "0.0 MB free" in err and "MB needed" in err
+    state = _State(params={"w": np.zeros((256, 256), np.float32)})  # 256 kB of params
+    saver = checkpoint.Checkpointer(tmp_path / "run")
+    with pytest.raises(OSError, match=r"cannot save checkpoint 2 in .*: 0\.0 MB free, about"):
+        saver.save(2, state, checkpoint.Provenance("config", ()))
+    saver.close()
     assert not list((tmp_path / "run" / "checkpoints").iterdir())
 
 
