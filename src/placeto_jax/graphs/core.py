@@ -154,17 +154,7 @@ class Graph:
         shares an op with another, or with one the graph has, joins it). ValueError names the
         class and the op when a name is not an op of the graph."""
         index = {name: v for v, name in enumerate(self.names)}
-        root = np.arange(self.n_ops)  # union-find over ops
-
-        def find(v: int) -> int:
-            while root[v] != v:
-                root[v] = root[root[v]]
-                v = int(root[v])
-            return v
-
-        first_of_class: dict[int, int] = {}
-        for v, c in enumerate(self.colocation_classes.tolist()):
-            root[v] = find(first_of_class.setdefault(c, v))
+        groups = []
         for k, names in enumerate(classes):
             if isinstance(names, str):
                 raise ValueError(f"co-location class {k} must be a list of op names, got {names!r}")
@@ -173,15 +163,11 @@ class Graph:
                 raise ValueError(
                     f"co-location class {k} names {missing!r}, which is not an op of the graph"
                 )
-            ops = [index[n] for n in names]
-            for v in ops[1:]:
-                a, b = find(ops[0]), find(v)
-                root[max(a, b)] = min(a, b)
-        roots = np.array([find(v) for v in range(self.n_ops)])
-        shared = np.bincount(roots, minlength=self.n_ops)[roots] > 1
-        ids = np.full(self.n_ops, -1, dtype=np.int64)
-        ids[shared] = np.unique(roots[shared], return_inverse=True)[1].ravel()
-        return dataclasses.replace(self, colocation=ids if shared.any() else None)
+            groups.append([index[n] for n in names])
+        kept = self.colocation_classes
+        members = np.split(np.argsort(kept, kind="stable"), np.cumsum(np.bincount(kept))[:-1])
+        joined = joined_classes(self.n_ops, [*members, *groups])
+        return dataclasses.replace(self, colocation=joined)
 
     # ------------------------------------------------------------------ order
     @functools.cached_property
@@ -278,6 +264,32 @@ class Graph:
 
 
 # ---------------------------------------------------------------------- validation helpers
+def joined_classes(n_ops: int, groups: Sequence[Sequence[int]]) -> np.ndarray | None:
+    """[n_ops] int64 co-location id per op from groups of ops that must share a device, groups
+    that share an op joined (union-find): ids number the classes of two or more ops by their
+    smallest op, -1 for the rest; None when no class has two ops."""
+    root = np.arange(n_ops)
+
+    def find(v: int) -> int:
+        while root[v] != v:
+            root[v] = root[root[v]]
+            v = int(root[v])
+        return v
+
+    for ops in groups:
+        ops = [int(v) for v in ops]
+        for v in ops[1:]:
+            a, b = find(ops[0]), find(v)
+            root[max(a, b)] = min(a, b)
+    roots = np.array([find(v) for v in range(n_ops)])
+    shared = np.bincount(roots, minlength=n_ops)[roots] > 1
+    if not shared.any():
+        return None
+    ids = np.full(n_ops, -1, dtype=np.int64)
+    ids[shared] = np.unique(roots[shared], return_inverse=True)[1].ravel()
+    return ids
+
+
 def _costs_for(value) -> tuple[str, float] | None:
     if value is None:
         return None

@@ -43,7 +43,6 @@ weight's device, and the update with them (docs/graphs.md).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import operator
@@ -53,9 +52,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.extend import core as jex_core
 
-from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.core import Graph, joined_classes
 from placeto_jax.graphs.costs import DeviceSpec, device_spec, nbytes, op_cost_us
 from placeto_jax.graphs.measure import cache_path, load_cache, measure_eqn_us, save_cache
 
@@ -226,32 +226,15 @@ def _weights(args: Sequence[Any], argnums: int | Sequence[int], out_shape: Any) 
 
 def _weight_classes(
     n: int, weights: _Weights, users: dict[int, set[int]], outputs: Sequence[_Deps]
-) -> list[int] | None:
-    """[n] co-location class per op (-1 for none; None when no class has two ops): a weight's
-    readers and update producers, classes that share an op joined (union-find over ops)."""
+) -> np.ndarray | None:
+    """[n] co-location class per op (None when no class has two ops): a weight's readers and
+    update producers, classes that share an op joined (`graphs.core.joined_classes`)."""
     members: dict[int, set[int]] = {}
     for leaf, weight in weights.inputs.items():
         members.setdefault(weight, set()).update(users.get(leaf, ()))
     for position, weight in weights.outputs.items():
         members.setdefault(weight, set()).update(outputs[position].nodes)
-    root = list(range(n))
-
-    def find(v: int) -> int:
-        while root[v] != v:
-            root[v] = root[root[v]]
-            v = root[v]
-        return v
-
-    for ops in members.values():
-        ordered = sorted(ops)
-        for v in ordered[1:]:
-            a, b = find(ordered[0]), find(v)
-            root[max(a, b)] = min(a, b)
-    roots = [find(v) for v in range(n)]
-    counts = collections.Counter(roots)
-    ids: dict[int, int] = {}
-    classes = [ids.setdefault(r, len(ids)) if counts[r] > 1 else -1 for r in roots]
-    return classes if ids else None
+    return joined_classes(n, [sorted(ops) for ops in members.values()])
 
 
 def _open(jaxpr: Any) -> jex_core.Jaxpr:
