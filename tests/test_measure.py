@@ -14,10 +14,14 @@ import numpy as np
 import pytest
 
 from placeto_jax.files import atomic_write
-from placeto_jax.graphs import measure
-from placeto_jax.graphs.trace import from_jax
+from placeto_jax.graphs import measure, trace
 
 S, F32 = jax.ShapeDtypeStruct, jnp.float32
+
+
+def from_jax(*args, **kwargs):
+    """`from_jax` at the jaxpr level, the level whose equations `measure` times."""
+    return trace.from_jax(*args, level="jaxpr", **kwargs)
 
 
 def tiny(x, w):

@@ -20,12 +20,18 @@ from jax import lax
 from jax.extend.core import Primitive
 
 import placeto_jax as pj
+from placeto_jax.graphs import trace
 from placeto_jax.graphs.costs import DEVICES, TRANSCENDENTAL_FLOPS
-from placeto_jax.graphs.trace import eqn_cost, from_jax
+from placeto_jax.graphs.trace import eqn_cost
 from placeto_jax.placers import colocate
 
 S, F32 = jax.ShapeDtypeStruct, jnp.float32
 K80 = DEVICES["placeto-k80"]
+
+
+def from_jax(*args, **kwargs) -> pj.Graph:
+    """`from_jax` at the jaxpr level (one op per equation), which these tests derive by hand."""
+    return trace.from_jax(*args, level="jaxpr", **kwargs)
 
 
 def k80_us(n_flops: float, n_bytes: float) -> float:

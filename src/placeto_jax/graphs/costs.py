@@ -70,31 +70,31 @@ DEVICES: dict[str, DeviceSpec] = {
 }
 
 
-def _primitives(names: str) -> frozenset[str]:
-    """A set of primitive names from a whitespace-separated list."""
+def word_set(names: str) -> frozenset[str]:
+    """A set of names from a whitespace-separated list."""
     return frozenset(names.split())
 
 
-TRANSCENDENTAL = _primitives(
+TRANSCENDENTAL = word_set(
     """exp exp2 expm1 log log1p logistic tanh sin cos tan asin acos atan atan2 sinh cosh asinh
     acosh atanh pow sqrt rsqrt cbrt erf erfc erf_inv lgamma digamma igamma igammac igamma_grad_a
     polygamma zeta bessel_i0e bessel_i1e regularized_incomplete_beta random_gamma_grad"""
 )
-ELEMENTWISE = _primitives(
+ELEMENTWISE = word_set(
     """add add_any sub mul div rem max min neg abs sign floor ceil round square integer_pow
     nextafter clamp select_n eq ne lt le gt ge and or not xor shift_left shift_right_logical
     shift_right_arithmetic population_count clz is_finite reduce_precision real imag conj
     complex"""
 )
-REDUCTIONS = _primitives(
+REDUCTIONS = word_set(
     """reduce reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or reduce_xor
     argmax argmin cumsum cumprod cummax cummin cumlogsumexp"""
 )
-WINDOWED = _primitives(
+WINDOWED = word_set(
     """reduce_window reduce_window_sum reduce_window_max reduce_window_min select_and_scatter_add
     select_and_gather_add"""
 )
-BYTES_ONLY = _primitives(
+BYTES_ONLY = word_set(
     """gather scatter scatter_add scatter_sub scatter_mul scatter_min scatter_max scatter-add
     scatter-sub scatter-mul scatter-min scatter-max dynamic_slice
     dynamic_update_slice reshape transpose broadcast_in_dim concatenate slice pad squeeze
@@ -170,9 +170,14 @@ def flops(
     return None
 
 
+def kernel_us(n_flops: float, n_bytes: float, spec: DeviceSpec) -> float:
+    """max(compute time, memory time) in µs: a kernel's time without its launch."""
+    return max(n_flops / spec.peak_flops, n_bytes / spec.bandwidth)
+
+
 def roofline_us(n_flops: float, n_bytes: float, spec: DeviceSpec) -> float:
     """max(compute time, memory time) + launch overhead, in µs."""
-    return max(n_flops / spec.peak_flops, n_bytes / spec.bandwidth) + spec.launch_us
+    return kernel_us(n_flops, n_bytes, spec) + spec.launch_us
 
 
 def op_cost_us(

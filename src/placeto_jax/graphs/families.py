@@ -390,7 +390,9 @@ def _traced_step(task: _Task, group_target: int | None) -> Graph:
 
     params = jax.eval_shape(task.model.init, jax.random.key(0), *task.init_inputs)
     opt_state = jax.eval_shape(task.optimizer.init, params)
-    graph = from_jax(step, params, opt_state, task.inputs, task.labels, param_argnums=(0, 1))
+    graph = from_jax(
+        step, params, opt_state, task.inputs, task.labels, param_argnums=(0, 1), level="jaxpr"
+    )
     return graph if group_target is None else group(graph, target=group_target).graph
 
 

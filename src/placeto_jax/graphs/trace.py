@@ -1,7 +1,10 @@
 """Trace a JAX function into a placement `Graph`, costed by the roofline model or by timing.
 
-`from_jax` reads `jax.make_jaxpr(fn)(*example_args)` (nothing is executed; example arguments may
-be `jax.ShapeDtypeStruct`s) and makes one op per primitive equation:
+`from_jax` has two levels. `level="hlo"` (the default) compiles the jitted function for the
+current backend and makes one op per kernel of the optimized program, after XLA's fusion
+(`placeto_jax.graphs.hlo`): what a device actually launches. `level="jaxpr"` reads
+`jax.make_jaxpr(fn)(*example_args)` (nothing is compiled or executed; example arguments may
+be `jax.ShapeDtypeStruct`s, at either level) and makes one op per primitive equation:
 - Calls are inlined recursively: `jit` (`pjit` in older JAX), `closed_call`, `call`,
   `custom_jvp_call`, `custom_vjp_call` (`custom_vjp_call_jaxpr` in older JAX) and remat
   (`jax.checkpoint`, primitive `remat2`). Their equations become ops of the graph, wired to the
@@ -22,23 +25,26 @@ backend (`placeto_jax.graphs.measure`): loop and branch ops are run as a whole, 
 bodies op by op; an op that cannot run on its own falls back to the roofline with a warning.
 Names come from each equation's name stack (Flax module paths, `jax.jit` function names,
 `jax.named_scope`s; AD renders as `jvp(...)`/`transpose(...)`) joined with `/` and ending with
-the primitive name; a repeated name gets `_1`, `_2`, ... appended.
+the primitive name; a repeated name gets `_1`, `_2`, ... appended (at both levels). A jaxpr-level
+op's roofline cost includes the device's launch time, as the jaxpr level predates the one
+per-kernel overhead of the HLO level (the cluster's `delta1`); the zoo and the families are
+traced at the jaxpr level, so that their graphs and the tables built on them stay as they were.
 
-Edges are data dependencies between equations. The function's inputs are not ops; literals and
-constants are not edges, so equations reading nothing else (iota, broadcast constants) are roots.
-The leaves of the arguments named by `param_argnums` (parameters, optimizer state) are resident
-parameters. A leaf's bytes are counted once, in `param_bytes` of the op that holds it: the first
-op (in op order) that reads it (a leaf no op reads is dropped), so `param_bytes` sums to the
-parameters that the step touches.
+Edges are data dependencies between equations (kernels at the HLO level). The function's inputs
+are not ops; literals and constants are not edges, so equations reading nothing else (iota,
+broadcast constants) are roots. The leaves of the arguments named by `param_argnums`
+(parameters, optimizer state) are resident parameters. A leaf's bytes are counted once, in
+`param_bytes` of the op that holds it: the first op (in op order) that reads it (a leaf no op
+reads is dropped), so `param_bytes` sums to the parameters that the step touches.
 
-Weights stay with their updates (`colocate_params=True`, the default): the leaves of a weight are
-its leaf in the first `param_argnums` argument (the parameters) and every leaf of the other
-parameter arguments whose key path ends with that leaf's path and has its shape (optimizer
-state such as Adam's `mu` and `nu` mirror the parameters' tree). Every op that reads one of a
-weight's leaves, and the op that produces an output leaf matched the same way (the updated
-parameter or optimizer state, in the function's returned tree), form one co-location class
-(classes sharing an op are one class). A weight's forward and backward readers then sit on the
-weight's device, and the update with them (docs/graphs.md).
+Weights stay with their updates at both levels (`colocate_params=True`, the default): the leaves
+of a weight are its leaf in the first `param_argnums` argument (the parameters) and every leaf
+of the other parameter arguments whose key path ends with that leaf's path and has its shape
+(optimizer state such as Adam's `mu` and `nu` mirror the parameters' tree). Every op that reads
+one of a weight's leaves, and the op that produces an output leaf matched the same way (the
+updated parameter or optimizer state, in the function's returned tree), form one co-location
+class (classes sharing an op are one class). A weight's forward and backward readers then sit on
+the weight's device, and the update with them (docs/graphs.md).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ import jax
 import numpy as np
 from jax.extend import core as jex_core
 
+from placeto_jax.graphs import hlo
 from placeto_jax.graphs.core import Graph, joined_classes
 from placeto_jax.graphs.costs import DeviceSpec, device_spec, nbytes, op_cost_us
 from placeto_jax.graphs.measure import cache_path, load_cache, measure_eqn_us, save_cache
@@ -88,87 +95,165 @@ class _Deps:
 _NONE = _Deps()
 
 
+LEVELS = ("hlo", "jaxpr")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ops:
+    """The ops a trace found, before they become a Graph."""
+
+    cost: list[float]  # [N] µs on the pricing device (or measured)
+    out_bytes: list[float]  # [N] bytes
+    names: list[str]  # [N] base names
+    op_types: list[str]  # [N]
+    edges: list[tuple[int, int]]  # [E] (producer, consumer)
+    param_users: dict[int, set[int]]  # flat input position -> ops reading it
+    outputs: list[frozenset[int]]  # [flat outputs] ops each output depends on
+
+
 def from_jax(
     fn: Callable,
     *example_args: Any,
+    level: str = "hlo",
     cost_model: str = "roofline",
     device: str | DeviceSpec = "placeto-k80",
     unroll_loops: bool = False,
     param_argnums: int | Sequence[int] = (),
+    donate_argnums: int | Sequence[int] = (),
     colocate_params: bool = True,
     name: str | None = None,
     cache: str | os.PathLike | None = None,
 ) -> Graph:
-    """The placement graph of `fn` applied to `example_args` (see the module docstring).
+    """The placement graph of `fn` applied to `example_args`.
+
+    `level="hlo"` (the default) makes one op per kernel of the program XLA compiles for the
+    current backend (`placeto_jax.graphs.hlo`: fusions, custom calls, copies, collectives),
+    priced by the roofline without a launch term (the cluster's `delta1` is the one per-kernel
+    overhead); `donate_argnums` are donated as in `jax.jit`, so outputs written into donated
+    buffers are not counted twice. `level="jaxpr"` makes one op per jaxpr equation (see the
+    module docstring), priced with the device's launch time per op, or timed
+    (`cost_model="measure"`, jaxpr level only) on the current backend, reading and updating the
+    op time cache at `cache` (default: `placeto_jax.graphs.measure.cache_path`).
 
     `device` is a cluster preset name (or a `DeviceSpec`) whose roofline prices the ops. Costs
     are stored as the Graph's unit, µs on a device of speed 1.0: the device's times x its
     preset's speed, recorded in `costs_for`. Simulated on that preset they take the device's
-    times; on another preset they rescale once, by the ratio of the speeds.
-    `cost_model="measure"` times the ops on the current backend instead (`device` then only
-    prices fallbacks), reading and updating the op time cache at `cache` (default: see
-    `placeto_jax.graphs.measure.cache_path`) once per call. `name` prefixes every op name.
-    `colocate_params=False` leaves out the weight classes (see the module docstring).
-    Raises ValueError for an unknown cost model or device, a bad `param_argnums`, a function
-    that JAX cannot trace (data-dependent Python control flow, a wrong argument: the message
-    names the function and JAX's error), or a function without any operation."""
+    times; on another preset they rescale once, by the ratio of the speeds. `name` prefixes
+    every op name. `colocate_params=False` leaves out the weight classes (module docstring).
+    Raises ValueError for an unknown level, cost model or device, options the level does not
+    have, a bad `param_argnums`, a function that JAX cannot trace or compile (the message names
+    the function and JAX's error), or a function without any operation."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; choose one of {LEVELS}")
     if cost_model not in COST_MODELS:
         raise ValueError(f"unknown cost model {cost_model!r}; choose one of {COST_MODELS}")
+    if level == "hlo" and (cost_model != "roofline" or unroll_loops):
+        option = "cost_model='measure'" if cost_model != "roofline" else "unroll_loops=True"
+        raise ValueError(f"{option} is a jaxpr-level option: pass level='jaxpr' with it")
     spec = device_spec(device)
-    closed, out_shape = _trace(fn, example_args)
     is_param = _param_leaves(example_args, param_argnums)
-    inputs = [_Deps(params=frozenset({i})) if p else _NONE for i, p in enumerate(is_param)]
-    if cost_model == "roofline":
-        builder = _Builder(functools.partial(eqn_cost, spec=spec), unroll_loops)
-        outputs = builder.walk(closed.jaxpr, inputs, name or "")
+    if level == "hlo":
+        donated = _argnums(donate_argnums, len(example_args), "donate_argnums")
+        ops, out_shape = _compiled_ops(fn, example_args, donated, spec, is_param)
+        flat_sizes = [nbytes(leaf) for leaf in jax.tree.leaves(example_args)]
     else:
-        path = cache_path(cache)
-        times = load_cache(path)
-        builder = _Builder(functools.partial(_measured_cost, spec=spec, times=times), unroll_loops)
-        outputs = builder.walk(closed.jaxpr, inputs, name or "")
-        save_cache(path, times)
-    if not builder.cost:
+        ops, flat_sizes, out_shape = _jaxpr_ops(
+            fn, example_args, is_param, spec, cost_model, unroll_loops, cache
+        )
+    if not ops.cost:
         raise ValueError("the traced function has no operations to place")
-    n = len(builder.cost)
-    sizes = [nbytes(v.aval) for v in closed.jaxpr.invars]
+    n = len(ops.cost)
     if cost_model == "roofline":  # µs on the device -> µs at speed 1.0, the Graph's unit
-        cost = [c * spec.speed for c in builder.cost]
+        cost = [c * spec.speed for c in ops.cost]
         costs_for = (device if isinstance(device, str) else "custom", spec.speed)
     else:
-        cost, costs_for = builder.cost, (f"measured on {jax.default_backend()}", 1.0)
+        cost, costs_for = ops.cost, (f"measured on {jax.default_backend()}", 1.0)
     colocation = None
     if colocate_params and any(is_param):
         weights = _weights(example_args, param_argnums, out_shape)
-        colocation = _weight_classes(n, weights, builder.param_users, outputs)
+        colocation = _weight_classes(n, weights, ops.param_users, ops.outputs)
     return Graph.from_edges(
         cost,
-        builder.out_bytes,
-        builder.edges,
-        param_bytes=_held_params(n, builder.param_users, sizes),
-        names=builder.names,
-        op_types=builder.op_types,
+        ops.out_bytes,
+        ops.edges,
+        param_bytes=_held_params(n, ops.param_users, flat_sizes),
+        names=unique_names([_scope(name or "", base) for base in ops.names]),
+        op_types=ops.op_types,
         colocation=colocation,
         costs_for=costs_for,
     )
 
 
-def _trace(fn: Callable, example_args: tuple) -> tuple[jex_core.ClosedJaxpr, Any]:
-    """`jax.make_jaxpr(fn, return_shape=True)(*example_args)`: the jaxpr and the output tree of
-    shapes, with tracing failures as one ValueError."""
+def _compiled_ops(
+    fn: Callable,
+    example_args: tuple,
+    donate_argnums: Sequence[int],
+    spec: DeviceSpec,
+    is_param: Sequence[bool],
+) -> tuple[_Ops, Any]:
+    """The kernels of the compiled program (`placeto_jax.graphs.hlo`; readers kept for the
+    parameter leaves only) and the output shapes."""
+    text, out_shape = _guarded(fn, lambda: hlo.compile_text(fn, example_args, donate_argnums))
+    found = hlo.module_ops(hlo.parse_module(text), spec)
+    readers = {leaf: ops for leaf, ops in found.param_users.items() if is_param[leaf]}
+    return _Ops(**{**dataclasses.asdict(found), "param_users": readers}), out_shape
+
+
+def _jaxpr_ops(
+    fn: Callable,
+    example_args: tuple,
+    is_param: Sequence[bool],
+    spec: DeviceSpec,
+    cost_model: str,
+    unroll_loops: bool,
+    cache: str | os.PathLike | None,
+) -> tuple[_Ops, list[float], Any]:
+    """One op per jaxpr equation, the bytes of every flat input, and the output shapes."""
+    closed, out_shape = _guarded(fn, lambda: jax.make_jaxpr(fn, return_shape=True)(*example_args))
+    inputs = [_Deps(params=frozenset({i})) if p else _NONE for i, p in enumerate(is_param)]
+    if cost_model == "roofline":
+        builder = _Builder(functools.partial(eqn_cost, spec=spec), unroll_loops)
+        outputs = builder.walk(closed.jaxpr, inputs, "")
+    else:
+        path = cache_path(cache)
+        times = load_cache(path)
+        builder = _Builder(functools.partial(_measured_cost, spec=spec, times=times), unroll_loops)
+        outputs = builder.walk(closed.jaxpr, inputs, "")
+        save_cache(path, times)
+    ops = _Ops(
+        builder.cost,
+        builder.out_bytes,
+        builder.names,
+        builder.op_types,
+        builder.edges,
+        builder.param_users,
+        [o.nodes for o in outputs],
+    )
+    return ops, [nbytes(v.aval) for v in closed.jaxpr.invars], out_shape
+
+
+def _guarded(fn: Callable, action: Callable[[], Any]) -> Any:
+    """`action()` (tracing or compiling `fn`), its failures as one ValueError."""
     try:
-        return jax.make_jaxpr(fn, return_shape=True)(*example_args)
+        return action()
     except Exception as err:  # any failure inside the user's function
         label = getattr(fn, "__qualname__", repr(fn))
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ValueError(f"cannot trace {label}: {type(err).__name__}: {first}") from err
 
 
+def _argnums(argnums: int | Sequence[int], n_args: int, what: str) -> list[int]:
+    """Sorted argument numbers, each checked to be in range."""
+    nums = sorted({argnums} if isinstance(argnums, int) else set(argnums))
+    bad = [i for i in nums if not 0 <= i < n_args]
+    if bad:
+        raise ValueError(f"{what} {bad} out of range for {n_args} example arguments")
+    return nums
+
+
 def _param_leaves(args: Sequence[Any], argnums: int | Sequence[int]) -> list[bool]:
     """[flat inputs] whether each leaf of the flattened arguments belongs to a param argument."""
-    nums = {argnums} if isinstance(argnums, int) else set(argnums)
-    bad = sorted(i for i in nums if not 0 <= i < len(args))
-    if bad:
-        raise ValueError(f"param_argnums {bad} out of range for {len(args)} example arguments")
+    nums = set(_argnums(argnums, len(args), "param_argnums"))
     return [i in nums for i, arg in enumerate(args) for _ in jax.tree.leaves(arg)]
 
 
@@ -191,7 +276,7 @@ class _Weights:
 def _weights(args: Sequence[Any], argnums: int | Sequence[int], out_shape: Any) -> _Weights:
     """Match parameter-argument and output leaves to the weights of the first parameter
     argument by key-path suffix and shape (see the module docstring)."""
-    nums = sorted({argnums} if isinstance(argnums, int) else set(argnums))
+    nums = _argnums(argnums, len(args), "param_argnums")
     offsets = [0]
     for arg in args:
         offsets.append(offsets[-1] + len(jax.tree.leaves(arg)))
@@ -225,7 +310,7 @@ def _weights(args: Sequence[Any], argnums: int | Sequence[int], out_shape: Any) 
 
 
 def _weight_classes(
-    n: int, weights: _Weights, users: dict[int, set[int]], outputs: Sequence[_Deps]
+    n: int, weights: _Weights, users: dict[int, set[int]], outputs: Sequence[frozenset[int]]
 ) -> np.ndarray | None:
     """[n] co-location class per op (None when no class has two ops): a weight's readers and
     update producers, classes that share an op joined (`graphs.core.joined_classes`)."""
@@ -233,7 +318,7 @@ def _weight_classes(
     for leaf, weight in weights.inputs.items():
         members.setdefault(weight, set()).update(users.get(leaf, ()))
     for position, weight in weights.outputs.items():
-        members.setdefault(weight, set()).update(outputs[position].nodes)
+        members.setdefault(weight, set()).update(outputs[position])
     return joined_classes(n, [sorted(ops) for ops in members.values()])
 
 
@@ -289,12 +374,10 @@ class _Builder:
         self.unroll_loops = unroll_loops
         self.cost: list[float] = []  # [N] µs
         self.out_bytes: list[float] = []  # [N] bytes
-        self.names: list[str] = []  # [N]
+        self.names: list[str] = []  # [N] base names (`unique_names` makes them unique)
         self.op_types: list[str] = []  # [N]
         self.edges: list[tuple[int, int]] = []  # [E] (producer, consumer)
         self.param_users: dict[int, set[int]] = {}  # input position -> ops reading it
-        self._taken: set[str] = set()
-        self._next_suffix: dict[str, int] = {}  # base name -> next counter to try
 
     def walk(self, jaxpr: jex_core.Jaxpr, inputs: Sequence[_Deps], prefix: str) -> list[_Deps]:
         """Add the ops of `jaxpr` given its inputs' dependencies; return its outputs'."""
@@ -339,20 +422,26 @@ class _Builder:
         v = len(self.cost)
         self.cost.append(self.cost_fn(eqn))
         self.out_bytes.append(sum(nbytes(o.aval) for o in eqn.outvars))
-        self.names.append(self._unique(_scope(scope, eqn.primitive.name)))
+        self.names.append(_scope(scope, eqn.primitive.name))
         self.op_types.append(eqn.primitive.name)
         self.edges.extend((u, v) for u in sorted(deps.nodes))
         for leaf in deps.params:
             self.param_users.setdefault(leaf, set()).add(v)
         return v
 
-    def _unique(self, base: str) -> str:
-        """`base`, or `base_k` with the next free counter k >= 1."""
-        k = self._next_suffix.get(base, 0)
+
+def unique_names(bases: Sequence[str]) -> list[str]:
+    """Each base name, or `base_k` with the next free counter k >= 1 where it repeats."""
+    taken: set[str] = set()
+    next_suffix: dict[str, int] = {}  # base name -> next counter to try
+    names = []
+    for base in bases:
+        k = next_suffix.get(base, 0)
         name = base if k == 0 else f"{base}_{k}"
-        while name in self._taken:
+        while name in taken:
             k += 1
             name = f"{base}_{k}"
-        self._taken.add(name)
-        self._next_suffix[base] = k + 1
-        return name
+        taken.add(name)
+        next_suffix[base] = k + 1
+        names.append(name)
+    return names

@@ -700,7 +700,9 @@ def zoo_op_graph(
     full = _sizes(name, sizes)
     with precision.scope(np.float64):  # the same graph whoever builds it (as families.py)
         step = ZOO_MODELS[name].build(full)
-        graph = from_jax(step.fn, *step.args, param_argnums=PARAM_ARGNUMS, name=f"zoo:{name}")
+        graph = from_jax(
+            step.fn, *step.args, param_argnums=PARAM_ARGNUMS, name=f"zoo:{name}", level="jaxpr"
+        )
     return graph, group(graph, target=group_target)
 
 
