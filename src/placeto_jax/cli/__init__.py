@@ -1,6 +1,7 @@
 """The `placeto-jax` command line: `simulate` one placement, `demo` the baseline placers,
 `graphs list|show|export|plot` to inspect the built-in graphs, `train`, `place`, `eval` for the
-learned policy, `reproduce` the paper's experiments and `sweep` a grid of settings.
+learned policy, `reproduce` the paper's experiments, `sweep` a grid of settings and `execute` a
+placement of a zoo model for real on the local devices.
 
 Every parser and every text or JSON formatter lives in this package (`format.py` formats);
 the work is done by the library, drawing by `placeto_jax.plotting`.
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from placeto_jax.cli.agent import add_agent_commands
+from placeto_jax.cli.execute import add_execute_command
 from placeto_jax.cli.graphs import add_graphs_command
 from placeto_jax.cli.options import PROG
 from placeto_jax.cli.reproduce import add_reproduce_command
@@ -63,6 +65,7 @@ def parser() -> argparse.ArgumentParser:
     add_agent_commands(commands)
     add_reproduce_command(commands)
     add_sweep_command(commands)
+    add_execute_command(commands)
     return top
 
 
