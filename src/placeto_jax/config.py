@@ -15,7 +15,7 @@ from typing import Any, Literal
 from placeto_jax.cluster import MAX_DEVICES
 
 Traversal = Literal["topological", "random"]
-InitialPlacement = Literal["random", "fixed", "single"]
+InitialPlacement = Literal["random", "fixed", "single", "given"]
 Normalize = Literal["none", "initial"]
 RewardGraph = Literal["grouped", "ops"]
 MessagePassing = Literal["radial", "sweep", "none"]
@@ -28,7 +28,8 @@ class EnvConfig:
 
     passes: int = 1  # visits of every node per episode
     traversal: Traversal = "topological"
-    initial_placement: InitialPlacement = "random"  # per episode; "fixed": one per graph
+    initial_placement: InitialPlacement = "random"  # per episode; "fixed": one per graph;
+    #                                     "given": each graph's own start (improve mode)
     fixed_placement_seed: int = 0  # seed of the "fixed" initial placements
     normalize: Normalize = "initial"  # runtimes divided by the episode's initial one; "none": s
     memory_penalty: float = 2.0  # runtime seconds added per GB over a device's memory

@@ -29,16 +29,18 @@ from placeto_jax.cli.format import (
     method_table,
     policy_json,
     policy_table,
+    search_line,
     train_text,
 )
 from placeto_jax.cli.options import DEFAULT_CLUSTER, add_cluster_option, add_seed_option
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import PRESETS, Config, make_config
+from placeto_jax.config import PRESETS, Config, apply, make_config
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.placements import save_placement
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import METHODS, PlacerResult, best_heuristic, run_method
+from placeto_jax.reproduce.starts import STARTS, check_start, started
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.evaluate import Placement, place_graphs
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
@@ -84,6 +86,7 @@ def add_agent_commands(commands) -> None:
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--no-heuristics", action="store_true", help=NO_HEURISTICS)
+    add_start_option(train, "random")
     train.add_argument(
         "--coordinator",
         metavar="HOST:PORT",
@@ -125,6 +128,7 @@ def add_agent_commands(commands) -> None:
         "--budget", type=int, metavar="N", help="simulator evaluations for the search methods"
     )
     add_seed_option(place)
+    add_improve_options(place)
     place.add_argument("-o", "--output", metavar="FILE", help="write the placement (JSON)")
     place.add_argument("--json", action="store_true", help="print one JSON object")
     place.set_defaults(command=_place)
@@ -139,7 +143,38 @@ def add_agent_commands(commands) -> None:
     add_cluster_option(evaluate, None, CHECKPOINT_CLUSTER)
     evaluate.add_argument("--json", action="store_true", help="print a JSON list")
     evaluate.add_argument("--no-heuristics", action="store_true", help=NO_HEURISTICS)
+    add_seed_option(evaluate)
+    add_improve_options(evaluate)
     evaluate.set_defaults(command=_eval)
+
+
+def add_start_option(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """`--start`: where episodes start (improve mode for anything but random)."""
+    shown = "the run's own" if default is None else default
+    parser.add_argument(
+        "--start",
+        default=default,
+        metavar="START",
+        help=f"episodes start from: {', '.join(STARTS)} (the fastest of METIS, HEFT, m-ETF, "
+        "m-SCT), each run on the grouped graph, or a placement FILE; anything but random is "
+        f"improve mode: the result is never slower than the start (default: {shown})",
+    )
+
+
+def add_improve_options(parser: argparse.ArgumentParser) -> None:
+    """`--start`, `--samples` and `--passes` of `place` and `eval`."""
+    add_start_option(parser, None)
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=0,
+        metavar="K",
+        help="sampled episodes per graph besides the greedy one; the best placement any of "
+        "them visits is kept, by exact simulation (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--passes", type=int, metavar="P", help="passes per episode (default: the run's own)"
+    )
 
 
 INTERRUPTED = 130  # exit status of a train stopped by Ctrl-C (128 + SIGINT)
@@ -157,8 +192,10 @@ def _train(args: argparse.Namespace) -> int:
     config = make_config(
         args.preset, args.set, n_devices=args.devices, cluster_preset=args.cluster, seed=args.seed
     )
+    config = starting_config(config, args.start)
     workdir = args.workdir or _default_workdir(args.graphs, args.devices, args.seed)
     graphs = load_graphs(args.graphs, config)  # every graph read and checked before any write
+    graphs = starting_graphs(graphs, config, args.start, args.seed)
     if args.coordinator:
         _join(args)
     mesh = episode_mesh() if jax.device_count() > 1 else None
@@ -238,6 +275,31 @@ def _default_workdir(graphs: str, devices: int, seed: int) -> str:
     return str(Path("runs") / f"{slug}-d{devices}-s{seed}")
 
 
+def starting_config(config: Config, start: str | None) -> Config:
+    """`config` with episodes from random placements (`start` "random"), from given starts
+    (any other start), or as it is (None)."""
+    if start is None:
+        return config
+    check_start(start)
+    kind = "random" if start == "random" else "given"
+    return apply(config, {"env.initial_placement": kind})
+
+
+def starting_graphs(
+    graphs: list[PlacementGraph], config: Config, start: str | None, seed: int
+) -> list[PlacementGraph]:
+    """`graphs` with the start `start` names (`reproduce.improve.started`) when `config`
+    starts episodes from given starts; ValueError when it does and no start is named."""
+    if config.env.initial_placement != "given":
+        return graphs
+    if start is None:
+        raise ValueError(
+            "this policy was trained from given starts (env.initial_placement=given); "
+            f"name one with --start ({', '.join(STARTS[1:])} or a placement file)"
+        )
+    return started(graphs, cluster_of(config), start, jax.random.key(seed))
+
+
 # ---------------------------------------------------------------------- place / eval
 def run_config(checkpoint: str, devices: int | None, cluster: str | None) -> Config:
     """The config of the run in `checkpoint`, placing on cluster preset `cluster` (None: the
@@ -267,23 +329,28 @@ def load_policy(checkpoint: str, config: Config, graphs: list[PlacementGraph]) -
 
 
 def _placements(
-    checkpoint: str, spec: str, devices: int | None, cluster: str | None
+    args: argparse.Namespace, spec: str, devices: int | None
 ) -> tuple[Cluster, list[PlacementGraph], list[Placement]]:
     """(the cluster placed on, the graphs of `spec` as the agent sees them, the policy's
-    placement of each)."""
-    config = run_config(checkpoint, devices, cluster)
-    graphs = load_graphs(spec, config)
-    params = load_policy(checkpoint, config, graphs)
+    placement of each), with `args`' checkpoint, cluster, start, samples and passes."""
+    if args.samples < 0:
+        raise ValueError(f"--samples must be >= 0, got {args.samples}")
+    if args.passes is not None and args.passes < 1:
+        raise ValueError(f"--passes must be >= 1, got {args.passes}")
+    config = starting_config(run_config(args.checkpoint, devices, args.cluster), args.start)
+    if args.passes is not None:
+        config = apply(config, {"env.passes": args.passes})
+    graphs = starting_graphs(load_graphs(spec, config), config, args.start, args.seed)
+    params = load_policy(args.checkpoint, config, graphs)
     on = cluster_of(config)
-    return on, graphs, place_graphs(config, params, graphs, on)
+    key = jax.random.key(args.seed)
+    return on, graphs, place_graphs(config, params, graphs, on, args.samples, key)
 
 
 def _place(args: argparse.Namespace) -> int:
     if args.method:
         return _place_method(args)
-    cluster, (graph,), (result,) = _placements(
-        args.checkpoint, args.graph, args.devices, args.cluster
-    )
+    cluster, (graph,), (result,) = _placements(args, args.graph, args.devices)
     _write_placement(args.output, graph.op_graph or graph.graph, result.placement, cluster)
     (best,) = heuristics_of([graph], cluster, args.seed)
     if args.json:
@@ -293,7 +360,8 @@ def _place(args: argparse.Namespace) -> int:
         f"graph    {result.graph}: placed as {result.n_nodes} nodes{_tied(result)} by the "
         f"policy in {args.checkpoint}"
     )
-    print(devices_line(cluster) + "\n")
+    print(devices_line(cluster))
+    print(search_line(result) + "\n")
     print(policy_table(result, best))
     _after_placing(result.fits_memory, args.output)
     return 0
@@ -307,6 +375,8 @@ def _tied(result) -> str:
 def _place_method(args: argparse.Namespace) -> int:
     if args.devices is None:
         raise ValueError("--method needs --devices")
+    if args.start is not None or args.samples or args.passes is not None:
+        raise ValueError("--start, --samples and --passes place with a policy (--checkpoint)")
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
     result = run_method(args.method, graph, cluster, jax.random.key(args.seed), args.budget)
@@ -339,7 +409,7 @@ def _after_placing(fits: bool, output: str | None) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    cluster, graphs, results = _placements(args.checkpoint, args.graphs, None, args.cluster)
+    cluster, graphs, results = _placements(args, args.graphs, None)
     heuristics = None if args.no_heuristics else heuristics_of(graphs, cluster, 0)
     if args.json and heuristics is None:
         print(json.dumps([policy_json(r, None, cluster) for r in results]))

@@ -263,11 +263,14 @@ def policy_json(r: Placement, best: PlacerResult | None, cluster: Cluster) -> di
         "makespan_us": r.makespan,
         "single_device_makespan_us": r.single_device_makespan,
         "initial_makespan_us": r.initial_makespan,
+        "start": r.start,
         "peak_memory_bytes": np.asarray(r.peak_memory).tolist(),
         "fits_memory": r.fits_memory,
         "nodes": r.n_nodes,
         "decisions": r.n_units,
         "evaluations": r.evaluations,
+        "episodes": r.episodes,
+        "episode_steps": r.episode_steps,
         "best_heuristic": None
         if best is None
         else {
@@ -311,10 +314,24 @@ def policy_table(r: Placement, best: PlacerResult) -> str:
         [
             ("placement", "makespan ms", "vs single", "vs best heuristic"),
             row("single device", r.single_device_makespan),
-            row("initial (random)", r.initial_makespan),
+            row(_start_label(r), r.initial_makespan),
             row(f"best heuristic ({best.method})", best.makespan, best.fits_memory),
             row("placeto", r.makespan, r.fits_memory),
         ]
+    )
+
+
+def _start_label(r: Placement) -> str:
+    return "initial (random)" if r.start == "random" else f"start ({r.start})"
+
+
+def search_line(r: Placement) -> str:
+    """What choosing the placement cost: episodes, their steps, exact simulations."""
+    sampled = f" + {r.episodes - 1} sampled" if r.episodes > 1 else ""
+    return (
+        f"search   1 greedy{sampled} episode(s) from {_start_label(r)}, {r.episode_steps} "
+        f"steps (grouped-graph simulations), {r.evaluations} placements simulated on the op "
+        "graph"
     )
 
 
@@ -334,12 +351,26 @@ def method_table(r: PlacerResult) -> str:
 
 def eval_table(results: Sequence[Placement], heuristics: Sequence[PlacerResult] | None) -> str:
     """One row per graph placed by a policy, next to single device and (unless None) the best
-    fast heuristic on the same op graph (`*`: overflows a device's memory). Speedups above 1
-    favour Placeto."""
+    fast heuristic on the same op graph (`*`: overflows a device's memory), and the start of
+    each episode when it was given (improve mode). Speedups above 1 favour Placeto."""
     best_columns = ("best heuristic ms", "placeto ms", "vs single", "vs best")
-    rows = [("graph", "nodes", "single ms", *(best_columns if heuristics else best_columns[1:3]))]
+    given = any(r.start != "random" for r in results)
+    rows = [
+        (
+            "graph",
+            "nodes",
+            "single ms",
+            *(("start ms", "vs start") if given else ()),
+            *(best_columns if heuristics else best_columns[1:3]),
+        )
+    ]
     for i, r in enumerate(results):
         row = [r.graph, str(r.n_nodes), f"{r.single_device_makespan / MS:.3f}"]
+        if given:
+            row += [
+                f"{r.initial_makespan / MS:.3f} {r.start}",
+                f"{r.initial_makespan / r.makespan:.3f}x",
+            ]
         if heuristics:
             best = heuristics[i]
             row.append(f"{best.makespan / MS:.3f} {best.method}" + _star(best.fits_memory))

@@ -7,13 +7,15 @@ import argparse
 import time
 from pathlib import Path
 
-EXPERIMENTS = ("table1", "generalization", "ablations", "benchmarks")
+EXPERIMENTS = ("table1", "generalization", "ablations", "benchmarks", "improve")
 DESCRIPTIONS = """experiments:
   table1          placement quality and training cost on zoo:inception_v3, zoo:nmt, zoo:nasnet
   generalization  family policies placing unseen test graphs (zero-shot, from scratch, fine-tuned)
   ablations       message passing, traversal, baseline and pooling variants over seeds
   benchmarks      every method on the benchmark folder's layer and operator graphs (--data DIR)
-  all             all four, in that order
+  improve         Placeto improving the best fast heuristic's placement (family test graphs;
+                  with --data DIR, the benchmark files too)
+  all             all five, in that order
 """
 
 
@@ -50,7 +52,7 @@ def add_reproduce_command(commands) -> None:
     parser.add_argument(
         "--data",
         metavar="DIR",
-        help="benchmark graph folder (msr-fiddle format), for `benchmarks` and `all`",
+        help="benchmark graph folder (msr-fiddle format), for `benchmarks`, `improve` and `all`",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(command=_reproduce)
@@ -88,6 +90,10 @@ def _run(name: str, out: str, preset: str, data: str | None, progress: bool) -> 
         from placeto_jax.reproduce.ablations import run_ablations
 
         return run_ablations(out, preset == "quick", progress)
+    if name == "improve":
+        from placeto_jax.reproduce.improve import run_improve
+
+        return run_improve(out, preset, progress, data)
     from placeto_jax.reproduce.benchmarks import run_benchmarks
 
     return run_benchmarks(out, data, preset, progress)

@@ -16,14 +16,24 @@ from placeto_jax.sim.padded import PaddedGraph, bucket, fine_bucket, stack_padde
 
 
 @dataclasses.dataclass(frozen=True)
+class Start:
+    """A placement that episodes start from (`env.initial_placement="given"`, env/start.py)."""
+
+    name: str  # where it came from: a heuristic's name, "single", a file's path
+    placement: np.ndarray  # [N] int64 device per node of the grouped graph (ties kept)
+
+
+@dataclasses.dataclass(frozen=True)
 class PlacementGraph:
     """A graph as the agent places it: `graph` (grouped) and, when it was coarsened, the op graph
-    and the op-to-group map that expands a placement of `graph` onto the ops."""
+    and the op-to-group map that expands a placement of `graph` onto the ops; `start`: where
+    its episodes start in improve mode (`env.start.with_start`)."""
 
     name: str
     graph: Graph
     op_graph: Graph | None = None
     op_to_group: np.ndarray | None = None  # [N_ops] int64 node of `graph` holding each op
+    start: Start | None = None
 
     @property
     def n_units(self) -> int:
@@ -85,6 +95,8 @@ class Bank:
     #                        reach one of its nodes (NumPy `packbits` order)
     descendants: np.ndarray  # [G, N, N/8] uint8 packed, row u: the nodes outside unit u that
     #                          one of its nodes reaches
+    start: np.ndarray | None = None  # [G, N] int32 device per node of each graph's `Start`
+    #                                  (0 for padding nodes), when every graph has one
 
     @property
     def n_graphs(self) -> int:
@@ -135,6 +147,10 @@ def build_bank(graphs: list[PlacementGraph], buckets: tuple[int, ...] | None = N
     n_edges = fine_bucket(max(p.graph.n_edges for p in graphs))
     per_graph = [_graph_arrays(p.graph, n_pad, n_edges) for p in graphs]
     stacked = {k: np.stack([a[k] for a in per_graph]) for k in per_graph[0]}
+    if all(p.start is not None for p in graphs):
+        stacked["start"] = np.zeros((len(graphs), n_pad), dtype=np.int32)
+        for i, p in enumerate(graphs):
+            stacked["start"][i, : p.graph.n_ops] = p.start.placement
     return Bank(
         names=tuple(p.name for p in graphs),
         graphs=tuple(graphs),

@@ -14,8 +14,9 @@ Every function takes its arguments in gymnax's order: the key first, then state 
 `env_params.on_graph(g)`, also under `vmap`), then `state.graph`.
 
 - **reset(key, env_params)** -> (state, observation). The initial placement is random per
-  episode, one fixed random placement per graph, or everything on device 0 (`initial_placement`);
-  it is simulated once, and the episode's runtime scale is that initial runtime.
+  episode, one fixed random placement per graph, everything on device 0, or each graph's given
+  start (`initial_placement` "given": `Bank.start`, improve mode, env/start.py); it is simulated
+  once, and the episode's runtime scale is that initial runtime.
 - **observation** (`Observation`): `features` [N, d] float with d = 5 + D (+1 with the memory
   feature): cost / max cost, output bytes / max, times this node's unit was placed in the
   episode, a current-unit flag, start time in the latest simulation minus the current unit's
@@ -75,6 +76,7 @@ class DeviceBank:
     height: jax.Array  # [G, N] int32
     ancestors: jax.Array  # [G, N, N/8] uint8 packed
     descendants: jax.Array  # [G, N, N/8] uint8 packed
+    start: jax.Array | None  # [G, N] int32 device per node of each graph's given start, or None
 
     @classmethod
     def of(cls, bank: Bank, float_dtype=jnp.float32) -> DeviceBank:
@@ -100,6 +102,7 @@ class DeviceBank:
             height=jnp.asarray(bank.height),
             ancestors=jnp.asarray(bank.ancestors),
             descendants=jnp.asarray(bank.descendants),
+            start=None if bank.start is None else jnp.asarray(bank.start, jnp.int32),
         )
 
 
@@ -202,6 +205,11 @@ class PlacetoEnv:
                 'env.reward_graph="ops" needs coarsened graphs (set run.group_target) so that '
                 "there is an op graph to expand the placement onto"
             )
+        if self.config.initial_placement == "given" and bank.start is None:
+            raise ValueError(
+                'env.initial_placement="given" needs a start for every graph '
+                "(env.start.with_start; the CLI's --start)"
+            )
         return EnvParams(
             bank=DeviceBank.of(bank, float_dtype),
             cluster=sim_cluster(cluster, float_dtype),
@@ -226,7 +234,7 @@ class PlacetoEnv:
             order = shuffled[jnp.argsort(~valid[shuffled], stable=True)].astype(jnp.int32)
         else:
             order = bank.order[graph]
-        placement = self._initial_placement(k_place, graph, n_pad)[bank.unit[graph]]
+        placement = self._initial_placement(k_place, graph, bank)
         makespan, peak, start = self._simulate(graph, placement, env_params)
         raw = self._runtime_s(makespan, peak, env_params)
         scale = raw if self.config.normalize == "initial" else jnp.ones_like(raw)
@@ -340,14 +348,19 @@ class PlacetoEnv:
         return jnp.where(jnp.any(fits), fits, True)
 
     # ------------------------------------------------------------------ simulation
-    def _initial_placement(self, key: jax.Array, graph: jax.Array, n_pad: int) -> jax.Array:
-        """[N] int32 device per unit id (nodes take their unit's)."""
+    def _initial_placement(self, key: jax.Array, graph: jax.Array, bank: DeviceBank) -> jax.Array:
+        """[N] int32 device per node: the graph's given start, or one device per unit id (nodes
+        take their unit's)."""
         kind = self.config.initial_placement
+        if kind == "given":
+            return bank.start[graph]
+        n_pad = bank.order.shape[1]
         if kind == "single":
             return jnp.zeros(n_pad, jnp.int32)
         if kind == "fixed":
             key = jax.random.fold_in(jax.random.key(self.config.fixed_placement_seed), graph)
-        return jax.random.randint(key, (n_pad,), 0, self.n_devices, dtype=jnp.int32)
+        per_unit = jax.random.randint(key, (n_pad,), 0, self.n_devices, dtype=jnp.int32)
+        return per_unit[bank.unit[graph]]
 
     def _simulate(self, graph: jax.Array, placement: jax.Array, env_params: EnvParams):
         """(makespan µs, peak memory [D] bytes, start [N] µs per node) of `placement`."""

@@ -20,7 +20,7 @@ from placeto_jax.config import Config
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.env.core import EnvParams
 from placeto_jax.placers.base import penalised_makespan
-from placeto_jax.rl.evaluate import Placement, rank_visited
+from placeto_jax.rl.evaluate import Placement, rank_visited, start_name
 from placeto_jax.rl.train import make_train
 
 
@@ -81,7 +81,8 @@ class PlacetoBench:
         out = jax.device_get(self.run.greedy(params, self.graph_env_params(i)))
         pg = self.graphs[i]
         steps = self.config.env.passes * pg.n_units + 1
-        return rank_visited(pg, self.cluster, np.asarray(out["visited"][:steps, 0]))
+        visited = np.asarray(out["visited"][:steps, 0])
+        return rank_visited(pg, self.cluster, visited, start_name(self.config, pg))
 
     def fit(
         self,

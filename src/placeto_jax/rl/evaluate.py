@@ -1,10 +1,12 @@
 """Zero-shot placement of graphs a policy has never seen, from its greedy episodes.
 
 A greedy episode starts from the environment's initial placement (drawn with a fixed evaluation
-key, so evaluations are comparable across updates), takes the argmax device at every step, and
-returns the best placement it visited (which includes the initial one). `place_graphs` ranks the
-visited placements by an exact simulation of the op graph (the grouped graph the policy sees is
-an approximation of it), so the placement it returns is never worse than the initial one.
+key, so evaluations are comparable across updates, or each graph's given start in improve mode),
+takes the argmax device at every step, and returns the best placement it visited (which
+includes the initial one). `place_graphs` can add K sampled episodes per graph (same start), and
+ranks every distinct visited placement by an exact simulation of the op graph (the grouped graph
+the policy sees is an approximation of it), so the placement it returns is never worse than the
+initial one (among those that fit memory).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import numpy as np
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.bank import PlacementGraph, build_bank
-from placeto_jax.rl.train import make_train
+from placeto_jax.env.core import EnvParams
+from placeto_jax.rl.train import Train, make_train
 from placeto_jax.sim.api import simulate, single_device
 
 
@@ -30,36 +33,95 @@ class Placement:
     placement: np.ndarray  # [N_ops] int64 device per op of the op graph
     makespan: float  # µs
     single_device_makespan: float  # µs
-    initial_makespan: float  # µs, the episode's initial placement
+    initial_makespan: float  # µs, the episode's initial placement (the start in improve mode)
     peak_memory: np.ndarray  # [D] bytes
     fits_memory: bool
     n_nodes: int  # nodes the policy placed (groups when coarsened)
     n_units: int  # decisions per pass (nodes, those tied by co-location counted once)
-    evaluations: int  # placements simulated on the op graph to choose the returned one
+    evaluations: int  # distinct placements simulated on the op graph to choose the returned one
+    start: str = "random"  # the initial placement: the env's kind, or the given start's name
+    episodes: int = 1  # episodes whose visited placements were ranked (greedy + sampled)
+    episode_steps: int = 0  # grouped-graph simulations those episodes made (one per step)
 
 
 def place_graphs(
-    config: Config, params: Any, graphs: list[PlacementGraph], cluster: Cluster
+    config: Config,
+    params: Any,
+    graphs: list[PlacementGraph],
+    cluster: Cluster,
+    samples: int = 0,
+    key: jax.Array | None = None,
 ) -> list[Placement]:
-    """Greedy placements of `graphs` (all in one bank: one compiled program)."""
+    """Greedy placements of `graphs` (all in one bank: one compiled program), each also ranked
+    with the placements of `samples` sampled episodes on it, drawn with `key` (`place_with`)."""
     run = make_train(config, build_bank(graphs, config.run.buckets), cluster)
-    out = jax.device_get(run.greedy(params, run.env_params))
-    steps = config.env.passes
-    return [
-        rank_visited(pg, cluster, np.asarray(out["visited"][: steps * pg.n_units + 1, i]))
-        for i, pg in enumerate(graphs)
-    ]
+    return place_with(run, params, run.env_params, graphs, cluster, samples, key)
 
 
-def rank_visited(pg: PlacementGraph, cluster: Cluster, visited: np.ndarray) -> Placement:
-    """The best of a greedy episode's visited placements [S, >= N] (the initial one first), by
-    an exact simulation of the op graph (one batch with the single-device placement); fitting
-    placements come first."""
+def place_with(
+    run: Train,
+    params: Any,
+    env_params: EnvParams,
+    graphs: list[PlacementGraph],
+    cluster: Cluster,
+    samples: int = 0,
+    key: jax.Array | None = None,
+) -> list[Placement]:
+    """The placement of each graph that `env_params` plays (`graphs`, in that order) by `run`'s
+    compiled programs: every placement of its greedy episode, and with `samples` sampled
+    episodes the `SCREENED` distinct ones of theirs with the lowest runtime in the episodes' own
+    simulation, ranked exactly on the op graph (`rank_visited`)."""
+    if samples < 0:
+        raise ValueError(f"samples must be >= 0, got {samples}")
+    if samples and key is None:
+        raise ValueError("sampled episodes need a key")
+    config = run.trainer.config
+    greedy = jax.device_get(run.greedy(params, env_params)["visited"])  # [T + 1, G, N]
+    if samples:
+        sampled = jax.device_get(run.sample(key, params, env_params, count=samples))
+    out = []
+    for i, pg in enumerate(graphs):
+        steps = config.env.passes * pg.n_units
+        candidates = greedy[: steps + 1, i]
+        if samples:
+            mine = slice(i * samples, (i + 1) * samples)
+            visited = sampled["visited"][: steps + 1, mine].reshape(-1, candidates.shape[1])
+            runtime = sampled["runtime"][: steps + 1, mine].ravel()
+            candidates = np.concatenate([candidates, screened(visited, runtime, SCREENED)])
+        ranked = rank_visited(pg, cluster, candidates, start_name(config, pg))
+        episodes = 1 + samples
+        out.append(dataclasses.replace(ranked, episodes=episodes, episode_steps=episodes * steps))
+    return out
+
+
+SCREENED = 64  # sampled placements per graph simulated exactly (the episodes' best distinct)
+
+
+def screened(visited: np.ndarray, runtime: np.ndarray, count: int) -> np.ndarray:
+    """[<= count, N]: the distinct rows of `visited` [S, N] with the lowest `runtime` [S]."""
+    order = np.argsort(runtime, kind="stable")
+    distinct, first = np.unique(visited[order], axis=0, return_index=True)
+    return distinct[np.argsort(first)][:count]
+
+
+def start_name(config: Config, pg: PlacementGraph) -> str:
+    """What the episodes on `pg` start from: the given start's name, or the env's kind."""
+    kind = config.env.initial_placement
+    return pg.start.name if kind == "given" and pg.start is not None else kind
+
+
+def rank_visited(
+    pg: PlacementGraph, cluster: Cluster, visited: np.ndarray, start: str = "random"
+) -> Placement:
+    """The best of the distinct placements [S, >= N] that episodes visited (the first row: the
+    initial one), by an exact simulation of the op graph (one batch with the single-device
+    placement); fitting placements come first. `start` names the initial placement."""
     n = pg.graph.n_ops
     visited = np.asarray(visited[:, :n], dtype=np.int64)
+    distinct, inverse = np.unique(visited, axis=0, return_inverse=True)
     op_graph = pg.op_graph or pg.graph
     alone = single_device(op_graph, cluster)
-    runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in visited] + [alone]))
+    runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in distinct] + [alone]))
     fits = np.all(runs.peak_memory[:-1] <= cluster.memory_array, axis=1)
     best = (
         int(np.argmin(np.where(fits, runs.makespan[:-1], np.inf)))
@@ -68,13 +130,14 @@ def rank_visited(pg: PlacementGraph, cluster: Cluster, visited: np.ndarray) -> P
     )
     return Placement(
         graph=pg.name,
-        placement=pg.expand(visited[best]),
+        placement=pg.expand(distinct[best]),
         makespan=float(runs.makespan[best]),
         single_device_makespan=float(runs.makespan[-1]),
-        initial_makespan=float(runs.makespan[0]),
+        initial_makespan=float(runs.makespan[inverse.ravel()[0]]),
         peak_memory=np.asarray(runs.peak_memory[best]),
         fits_memory=bool(fits[best]),
         n_nodes=n,
         n_units=pg.n_units,
-        evaluations=len(visited),
+        evaluations=len(distinct),
+        start=start,
     )

@@ -218,8 +218,20 @@ class Trainer:
             "best_runtime": state.best_runtime,
             "initial_placement": rollout.placement[0].astype(jnp.int32),
             "best_placement": state.best_placement,
-            "visited": jnp.concatenate([rollout.placement, state.placement[None].astype(jnp.int8)]),
+            "visited": _visited(rollout, state),
         }
+
+    def sample(
+        self, key: jax.Array, params: Any, env_params: EnvParams, count: int
+    ) -> dict[str, jax.Array]:
+        """`count` (static) sampled episodes on each of the K graphs of `env_params.graphs`:
+        "visited" [T + 1, K * count, N] int8, every placement they visited (the initial one
+        first), and "runtime" [T + 1, K * count], each one's runtime in the env's units; graph
+        k's episodes are columns k * count to (k + 1) * count - 1."""
+        graphs = jnp.repeat(env_params.graphs, count)
+        rollout, state = self.rollout(key, params, graphs, env_params, greedy=False)
+        done = jnp.concatenate([jnp.zeros_like(rollout.reward[:1]), rollout.reward]).cumsum(0)
+        return {"visited": _visited(rollout, state), "runtime": rollout.initial_runtime - done}
 
     # ------------------------------------------------------------------ loss
     def grad_chunk(self) -> int:
@@ -350,6 +362,11 @@ class Trainer:
         )
 
 
+def _visited(rollout: Rollout, state: EnvState) -> jax.Array:
+    """[T + 1, B, N] int8: the placement before every step, then the final one."""
+    return jnp.concatenate([rollout.placement, state.placement[None].astype(jnp.int8)])
+
+
 def _keep_if(keep_new: jax.Array) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """f(new, old) = new where `keep_new` else old (a skipped update leaves the state as is)."""
     return lambda new, old: jnp.where(keep_new, new, old)
@@ -362,6 +379,7 @@ class Train(NamedTuple):
     updates: Callable[..., tuple[TrainState, dict[str, jax.Array]]]
     # (state, hyper, env_params, count=K static) -> (state, metrics [K])
     greedy: Callable[[Any, EnvParams], dict[str, jax.Array]]  # (params, env_params) -> arrays [K]
+    sample: Callable[..., dict[str, jax.Array]]  # (key, params, env_params, count=C static)
     env_params: EnvParams  # the whole bank, every graph played (replicated on the mesh)
     hyper: Hyper  # the config's learning rate and entropy weight
     trainer: Trainer  # the static parts (shapes, config, networks)
@@ -383,7 +401,7 @@ def make_train(
     float_dtype: Any = jnp.float32,
 ) -> Train:
     """Assemble a run on `bank` and `cluster`: the environment parameters in `float_dtype`,
-    the jitted init, chunk of updates and greedy episode, each traced and run inside
+    the jitted init, chunk of updates, greedy and sampled episodes, each traced and run inside
     `precision.scope(float_dtype)`. `mesh` (`sharding.episode_mesh()`)
     splits the episodes over its devices; the constants are then replicated on it."""
     trainer = Trainer.create(config, bank, cluster.broadcast, mesh)
@@ -397,6 +415,7 @@ def make_train(
         init=precision.Scoped(init, float_dtype),
         updates=precision.Scoped(jax.jit(trainer.updates, static_argnames="count"), float_dtype),
         greedy=precision.Scoped(jax.jit(trainer.greedy), float_dtype),
+        sample=precision.Scoped(jax.jit(trainer.sample, static_argnames="count"), float_dtype),
         env_params=env_params,
         hyper=hyper,
         trainer=trainer,

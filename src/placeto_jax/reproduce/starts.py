@@ -1,0 +1,73 @@
+"""Where improve mode's episodes start (`env.initial_placement="given"`): `STARTS` by name.
+
+A fast heuristic (or single device) is run on the grouped graph the agent places, so that it
+keeps every decision unit on one device, then expanded onto the op graph and scored there;
+`best` is the fastest of `placers.FAST_HEURISTICS` (fitting memory first); a placement file is
+read onto the op graph, and the graph is regrouped within it when it splits a unit
+(`env.start.with_start`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import jax
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.env.bank import PlacementGraph
+from placeto_jax.env.start import with_start
+from placeto_jax.graphs.placements import load_placement
+from placeto_jax.placers import FAST_HEURISTICS, METHODS, PlacerResult, scored
+from placeto_jax.placers.base import Solution
+
+START_METHODS = ("single", *FAST_HEURISTICS)
+STARTS = ("random", *START_METHODS, "best")  # or a placement file
+
+
+def heuristic_start(
+    pg: PlacementGraph, cluster: Cluster, name: str, key: jax.Array
+) -> PlacerResult:
+    """Method `name` of `START_METHODS` on the grouped graph `pg.graph`, expanded onto the op
+    graph and scored there (a `PlacerResult` of the op graph)."""
+    began = time.perf_counter()
+    solution = METHODS[name].solve(pg.graph, cluster, key, None)
+    op_graph = pg.op_graph or pg.graph
+    placement = Solution(pg.expand(solution.placement))
+    return scored(name, op_graph, cluster, placement, time.perf_counter() - began)
+
+
+def start_result(pg: PlacementGraph, cluster: Cluster, spec: str, key: jax.Array) -> PlacerResult:
+    """The start `spec` names for `pg` (a `PlacerResult` of its op graph): a method of
+    `START_METHODS`, "best" (the fastest fast heuristic, fitting memory first), or a placement
+    file. ValueError for anything else, or a file that does not place the op graph."""
+    if spec == "best":
+        results = [heuristic_start(pg, cluster, m, key) for m in FAST_HEURISTICS]
+        return min(results, key=lambda r: (not r.fits_memory, r.makespan))
+    if spec in START_METHODS:
+        return heuristic_start(pg, cluster, spec, key)
+    check_start(spec)
+    op_graph = pg.op_graph or pg.graph
+    placement = load_placement(spec, op_graph, cluster.n_devices)
+    return scored(spec, op_graph, cluster, Solution(placement), 0.0)
+
+
+def check_start(spec: str) -> None:
+    """ValueError unless `spec` is one of `STARTS` or an existing file."""
+    if spec not in STARTS and not Path(spec).is_file():
+        raise ValueError(
+            f"unknown start {spec!r}: choose one of {', '.join(STARTS)} or a placement file"
+        )
+
+
+def started(
+    graphs: list[PlacementGraph], cluster: Cluster, spec: str, key: jax.Array
+) -> list[PlacementGraph]:
+    """`graphs` whose episodes start from `spec` (`start_result`), each start named by the
+    method that made it ("m-sct (best)" for `best`)."""
+    out = []
+    for pg in graphs:
+        result = start_result(pg, cluster, spec, key)
+        name = f"{result.method} (best)" if spec == "best" else result.method
+        out.append(with_start(pg, result.placement, name, cluster.n_devices, cluster.delta1))
+    return out
