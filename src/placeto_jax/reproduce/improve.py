@@ -76,7 +76,7 @@ PRESETS = {
         devices=4,
         family=(),
         bench=("train.iterations=10", "train.episodes=16", "run.group_target=32"),
-        samples=16,
+        samples=32,
     ),
     "full": Settings(
         families=("cifar10", "ptb", "nmt"),
