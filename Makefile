@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow lint bench bench-train bench-gpu reproduce-quick reproduce clean
+.PHONY: install run test test-slow lint bench bench-train bench-gpu bench-execute reproduce-quick reproduce clean
 
 install: $(STAMP)
 
@@ -39,6 +39,9 @@ bench-train: install  ## trainer throughput; writes results/bench/training.json
 
 bench-gpu: install  ## simulator and trainer throughput on the accelerator (CPU: small sizes); writes results/bench/gpu.json
 	$(PY) experiments/bench_gpu.py
+
+bench-execute: install  ## 20 placements of a small zoo model run on 4 host CPU devices vs simulated; writes results/bench/execute.json
+	$(PY) experiments/bench_execute.py
 
 BENCHMARK_DATA ?= ../shared/benchmarks/msr-fiddle
 

@@ -14,8 +14,8 @@ creation order (JAX dispatches them asynchronously, so pieces on different devic
 Each piece is jitted once, pinned to its device by `out_shardings`, and evaluates its equations
 with `primitive.bind`, as `jax.core.eval_jaxpr` does. An input leaf lives on the device of the
 first piece that reads it (it is put there before the step is timed); every other (value,
-device) pair that a piece needs is one explicit `jax.device_put` inside the step, made once
-per step just before its first reader.
+device) pair that a piece needs is one transfer inside the step, made once per step just
+before its first reader: one explicit `jax.device_put` of the list of values that piece fetches.
 
 `execute(fn, *args, placement=...)` runs the pieces, compares the outputs with the unsplit
 `jax.jit(fn)(*args)` and times both (median of `repeats` steps after `warmup`);
@@ -296,8 +296,10 @@ def run_step(
     """The flat outputs of one split step from the placed inputs (not waited for)."""
     env = {(v, pl.home[v]): x for v, x in placed.items()}
     for piece, fn in zip(pl.pieces, fns, strict=True):
-        for v in piece.fetch:
-            env[(v, piece.device)] = jax.device_put(env[(v, pl.home[v])], devices[piece.device])
+        if piece.fetch:
+            sent = [env[(v, pl.home[v])] for v in piece.fetch]
+            moved = jax.device_put(sent, devices[piece.device])
+            env.update(((v, piece.device), x) for v, x in zip(piece.fetch, moved, strict=True))
         outs = fn(*(env[(v, piece.device)] for v in piece.inputs))
         env.update(((v, piece.device), x) for v, x in zip(piece.outputs, outs, strict=True))
     return [r.value if isinstance(r, Fixed) else env[(r, pl.home[r])] for r in prog.outputs]
