@@ -182,3 +182,15 @@ def test_embedding_gradient_scatter_add_is_known(recwarn):
     from placeto_jax.graphs.costs import BYTES_ONLY
 
     assert "scatter-add" in BYTES_ONLY
+
+
+def test_a_kernel_that_fits_the_cache_moves_its_bytes_at_the_cache_bandwidth():
+    spec = costs.DeviceSpec(
+        peak_flops=100.0, bandwidth=10.0, launch_us=1.0, cache_bytes=1000.0, cache_bandwidth=40.0
+    )
+    assert costs.kernel_us(0.0, 1000.0, spec) == 1000.0 / 40.0  # fits: the cache's bandwidth
+    assert costs.kernel_us(0.0, 1001.0, spec) == 1001.0 / 10.0  # does not: memory's
+    assert costs.kernel_us(5000.0, 1000.0, spec) == 50.0  # compute-bound either way
+    assert costs.roofline_us(0.0, 1000.0, spec) == 1000.0 / 40.0 + 1.0
+    no_cache = dataclasses.replace(spec, cache_bytes=0.0)
+    assert costs.kernel_us(0.0, 1000.0, no_cache) == 100.0

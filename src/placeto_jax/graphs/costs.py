@@ -47,6 +47,8 @@ class DeviceSpec:
     bandwidth: float  # bytes/µs, device memory (1 GB/s = 1e3 bytes/µs)
     launch_us: float  # µs added to every op: the duration of an empty kernel
     speed: float = 1.0  # the cluster preset's relative speed: µs on it x speed = µs at speed 1
+    cache_bytes: float = 0.0  # bytes: a kernel moving at most this many runs from cache (0: none)
+    cache_bandwidth: float = 0.0  # bytes/µs of that cache
 
 
 # Keyed by cluster preset name (placeto_jax.cluster.PRESETS). FP32 peak and memory bandwidth are
@@ -171,8 +173,13 @@ def flops(
 
 
 def kernel_us(n_flops: float, n_bytes: float, spec: DeviceSpec) -> float:
-    """max(compute time, memory time) in µs: a kernel's time without its launch."""
-    return max(n_flops / spec.peak_flops, n_bytes / spec.bandwidth)
+    """max(compute time, memory time) in µs: a kernel's time without its launch. A kernel whose
+    bytes fit the device's cache (`cache_bytes`, as on a CPU's last level) moves them at the
+    cache's bandwidth."""
+    cached = 0 < n_bytes <= spec.cache_bytes and spec.cache_bandwidth > 0
+    return max(
+        n_flops / spec.peak_flops, n_bytes / (spec.cache_bandwidth if cached else spec.bandwidth)
+    )
 
 
 def roofline_us(n_flops: float, n_bytes: float, spec: DeviceSpec) -> float:

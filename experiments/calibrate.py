@@ -1,0 +1,307 @@
+"""Calibration on this CPU: the simulated single-device step against the measured one.
+
+For each model (zoo models at a reduced size, a small ViT trained with AdamW and a two-tower
+recommender with large embedding tables, both written for this check), the training step is
+traced with `from_jax` at both levels and priced by a roofline of this CPU, whose three numbers
+are measured first by micro-benchmarks that know nothing of the models:
+- peak FLOP/µs: a 1,024 x 1,024 float32 matmul;
+- memory bandwidth: bytes/µs of an elementwise add (read two, write one) moving 12 times the
+  last-level cache, and the cache's bandwidth: the same add moving a quarter of the cache; a
+  kernel whose bytes fit the cache moves them at the cache's bandwidth;
+- per-kernel overhead: a chain of unfusable tiny matmuls in one program, 400 against 200 links
+  (the difference over 200), which is the cluster's `delta1` (and the jaxpr level's launch).
+The simulated step (one device, `pj.simulate`) is compared with the median wall time of the
+jitted step on real arrays. The op-cost error compares, for the costliest dot and convolution
+equations of each model, the roofline with the op timed alone (`graphs.measure`, minus the
+dispatch time of an empty jitted call).
+
+Run: `python experiments/calibrate.py [--repeats 20] [--out results/calibration/calibration.json]`
+Prints a table and writes JSON atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import placeto_jax as pj
+from placeto_jax.files import atomic_write
+from placeto_jax.graphs import zoo
+from placeto_jax.graphs.costs import DeviceSpec, op_cost_us
+from placeto_jax.graphs.measure import measure_eqn_us
+from placeto_jax.graphs.trace import from_jax
+
+REDUCED = {
+    "resnet50": {"batch": 8, "image": 64, "blocks": (1, 1, 1, 1), "width": 16, "classes": 100},
+    "transformer": {"batch": 8, "seq": 64, "layers": 2, "d": 128, "heads": 4, "ff": 512,
+                    "vocab": 2000},
+    "bert_base": {"batch": 8, "seq": 64, "layers": 2, "d": 128, "heads": 4, "ff": 512,
+                  "vocab": 2000},
+    "inception_v3": {"batch": 4, "image": 96, "width_div": 8, "classes": 100},
+    "nmt": {"batch": 16, "steps": 8, "layers": 2, "hidden": 128, "vocab": 2000},
+    "gnmt": {"batch": 16, "steps": 6, "layers": 4, "hidden": 64, "vocab": 1000},
+    "nasnet": {"batch": 4, "image": 64, "filters": 16, "cells_per_stack": 1, "classes": 100},
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------------- two models of our own
+class ViT(nn.Module):
+    """A small Vision Transformer: 8 x 8 patches, a class token, pre-LayerNorm blocks."""
+
+    layers: int = 4
+    d: int = 128
+    heads: int = 4
+    classes: int = 10
+
+    @nn.compact
+    def __call__(self, images):
+        b = images.shape[0]
+        x = nn.Conv(self.d, (8, 8), strides=(8, 8), name="patches")(images).reshape(b, -1, self.d)
+        cls = self.param("cls", nn.initializers.zeros, (1, 1, self.d))
+        x = jnp.concatenate([jnp.broadcast_to(cls, (b, 1, self.d)), x], axis=1)
+        x = x + self.param("pos", nn.initializers.normal(0.02), (1, x.shape[1], self.d))
+        for i in range(self.layers):
+            h = nn.LayerNorm(name=f"block{i}_ln1")(x)
+            x = x + nn.MultiHeadDotProductAttention(self.heads, name=f"block{i}_attn")(h, h)
+            h = nn.LayerNorm(name=f"block{i}_ln2")(x)
+            h = nn.Dense(4 * self.d, name=f"block{i}_mlp1")(h)
+            x = x + nn.Dense(self.d, name=f"block{i}_mlp2")(nn.gelu(h))
+        return nn.Dense(self.classes, name="head")(nn.LayerNorm(name="ln")(x[:, 0]))
+
+
+class TwoTower(nn.Module):
+    """A two-tower recommender: user and item embedding tables, an MLP per tower, in-batch
+    softmax over the dot products."""
+
+    users: int = 200_000
+    items: int = 100_000
+    d: int = 64
+
+    @nn.compact
+    def __call__(self, ids):
+        user = nn.Embed(self.users, self.d, name="user_table")(ids[:, 0])
+        item = nn.Embed(self.items, self.d, name="item_table")(ids[:, 1])
+        user = nn.Dense(self.d, name="user_mlp2")(nn.relu(nn.Dense(256, name="user_mlp1")(user)))
+        item = nn.Dense(self.d, name="item_mlp2")(nn.relu(nn.Dense(256, name="item_mlp1")(item)))
+        return user @ item.T  # [B, B]: row i's positive is column i
+
+
+def vit_step() -> zoo.TrainStep:
+    images = jax.ShapeDtypeStruct((16, 64, 64, 3), jnp.float32)
+    labels = jax.ShapeDtypeStruct((16,), jnp.int32)
+    return zoo.train_step(ViT(), images, labels, optax.adamw(1e-3, weight_decay=0.05))
+
+
+def two_tower_step() -> zoo.TrainStep:
+    ids = jax.ShapeDtypeStruct((256, 2), jnp.int32)
+    labels = jax.ShapeDtypeStruct((256,), jnp.int32)
+    return zoo.train_step(TwoTower(), ids, labels, optax.adam(1e-3))
+
+
+def models() -> dict[str, Callable[[], zoo.TrainStep]]:
+    """Every model of the table, by name (built lazily)."""
+    built = {
+        f"zoo:{name}": (lambda n=name: zoo.ZOO_MODELS[n].build(zoo._sizes(n, REDUCED[n])))
+        for name in REDUCED
+    }
+    return {**built, "vit (AdamW)": vit_step, "two-tower (embeddings)": two_tower_step}
+
+
+# ---------------------------------------------------------------------- this CPU's roofline
+def median_us(fn: Callable, *args, repeats: int) -> float:
+    """Median wall time in µs of `fn(*args)` after one warm-up call."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
+
+
+def last_level_cache_bytes() -> float:
+    """The largest CPU cache's size from sysfs (32 MiB if it cannot be read)."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1], 1)
+        sizes.append(float(text.rstrip("KM")) * scale)
+    return max(sizes, default=32 * (1 << 20))
+
+
+def add_bandwidth(n: int, repeats: int) -> float:
+    """bytes/µs of an elementwise add of two float32 vectors of `n` elements."""
+    x = jnp.ones((n,), jnp.float32)
+    return 3 * 4 * n / median_us(jax.jit(jnp.add), x, x, repeats=repeats)
+
+
+def host_roofline(repeats: int) -> tuple[DeviceSpec, float]:
+    """This CPU's roofline (launch = the per-kernel overhead) and that overhead in µs."""
+    a = jnp.ones((1024, 1024), jnp.float32)
+    peak = 2 * 1024**3 / median_us(jax.jit(jnp.matmul), a, a, repeats=repeats)
+    cache = last_level_cache_bytes()
+    bandwidth = add_bandwidth(int(4 * cache) // 4, repeats)  # 12 x the cache moved: memory
+    in_cache = add_bandwidth(int(cache / 3) // 4 // 4, repeats)  # a quarter of it: the cache
+    small = jnp.eye(4, dtype=jnp.float32) * 0.5
+
+    def chain(links: int) -> Callable:
+        def run(m):
+            for _ in range(links):
+                m = jnp.tanh(m @ small)  # a dot between two elementwise ops: no fusion across
+            return m
+
+        return jax.jit(run)
+
+    long, short = (median_us(chain(k), small, repeats=repeats) for k in (400, 200))
+    overhead = max((long - short) / 200 / 2, 0.0)  # two kernels per link (dot, tanh)
+    spec = DeviceSpec(peak, bandwidth, overhead, cache_bytes=cache, cache_bandwidth=in_cache)
+    return spec, overhead
+
+
+def concrete(tree, key: jax.Array):
+    """Random arrays for a tree of ShapeDtypeStructs (integers in [0, 10))."""
+    leaves, treedef = jax.tree.flatten(tree)
+    keys = jax.random.split(key, len(leaves))
+    made = [
+        jax.random.randint(k, s.shape, 0, 10, s.dtype)
+        if jnp.issubdtype(s.dtype, jnp.integer)
+        else 0.1 * jax.random.normal(k, s.shape, s.dtype)
+        for k, s in zip(keys, leaves, strict=True)
+    ]
+    return jax.tree.unflatten(treedef, made)
+
+
+def simulated_us(graph: pj.Graph, delta1: float) -> float:
+    """The graph's makespan on one device of this CPU."""
+    cluster = pj.Cluster(
+        n_devices=1, speed=1.0, memory=1e15, bandwidth=1e4, delta1=delta1, delta2=0.0
+    )
+    return float(pj.simulate(graph, cluster, np.zeros(graph.n_ops, np.int32)).makespan)
+
+
+def _equations(jaxpr):
+    """Every equation of a jaxpr and of the jaxprs in its equations' parameters."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else [value]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
+def op_cost_errors(
+    step: zoo.TrainStep, spec: DeviceSpec, dispatch_us: float, top: int
+) -> list[float]:
+    """Relative errors (roofline / measured - 1) of the `top` costliest dots and convolutions."""
+    closed = jax.make_jaxpr(step.fn)(*step.args)
+    eqns = [
+        e
+        for e in _equations(closed.jaxpr)
+        if e.primitive.name in ("dot_general", "conv_general_dilated")
+    ]
+
+    def roofline(eqn) -> float:
+        ins = [v.aval for v in eqn.invars]
+        outs = [v.aval for v in eqn.outvars]
+        return op_cost_us(eqn.primitive.name, eqn.params, ins, outs, spec) - spec.launch_us
+
+    chosen = sorted(eqns, key=roofline, reverse=True)[:top]
+    errors = []
+    for eqn in chosen:
+        measured = max(measure_eqn_us(eqn, cache={}) - dispatch_us, 1e-3)
+        errors.append(roofline(eqn) / measured - 1.0)
+    return errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--top", type=int, default=8, help="ops per model for the op-cost error")
+    parser.add_argument("--only", default=None, help="comma-separated model names")
+    parser.add_argument("--out", default="results/calibration/calibration.json")
+    args = parser.parse_args(argv)
+    spec, overhead = host_roofline(args.repeats)
+    dispatch = median_us(jax.jit(lambda x: x), jnp.ones(()), repeats=args.repeats)
+    print(
+        f"this CPU ({jax.devices()[0].device_kind}): peak {spec.peak_flops / 1e6:.3f} TFLOP/s, "
+        f"bandwidth {spec.bandwidth / 1e3:.2f} GB/s (memory), {spec.cache_bandwidth / 1e3:.2f} "
+        f"GB/s (kernels under {spec.cache_bytes / 2**20:.0f} MiB), "
+        f"per-kernel overhead {overhead:.2f} µs, "
+        f"dispatch of an empty jitted call {dispatch:.1f} µs"
+    )
+    rows = []
+    wanted = set(args.only.split(",")) if args.only else None
+    columns = ["HLO ops", "jaxpr ops", "measured ms", "sim HLO ms", "ratio", "sim jaxpr ms"]
+    print(
+        f"{'model':<26} " + " ".join(f"{c:>{max(len(c), 6)}}" for c in columns), "ratio", "op err"
+    )
+    for name, build in models().items():
+        if wanted and name not in wanted:
+            continue
+        step = build()
+        args_concrete = concrete(step.args, jax.random.key(0))
+        measured = median_us(jax.jit(step.fn), *args_concrete, repeats=args.repeats)
+        hlo_graph = from_jax(step.fn, *step.args, param_argnums=zoo.PARAM_ARGNUMS, device=spec)
+        jaxpr_graph = from_jax(
+            step.fn, *step.args, param_argnums=zoo.PARAM_ARGNUMS, device=spec, level="jaxpr"
+        )
+        sim_hlo = simulated_us(hlo_graph, overhead)
+        sim_jaxpr = simulated_us(jaxpr_graph, overhead)
+        errors = op_cost_errors(step, spec, dispatch, args.top)
+        row = {
+            "model": name,
+            "hlo_ops": hlo_graph.n_ops,
+            "jaxpr_ops": jaxpr_graph.n_ops,
+            "measured_us": measured,
+            "simulated_hlo_us": sim_hlo,
+            "ratio_hlo": sim_hlo / measured,
+            "simulated_jaxpr_us": sim_jaxpr,
+            "ratio_jaxpr": sim_jaxpr / measured,
+            "op_cost_errors": errors,
+            "op_cost_median_abs_error": float(np.median(np.abs(errors))) if errors else None,
+        }
+        rows.append(row)
+        err = row["op_cost_median_abs_error"]
+        print(
+            f"{name:<26} {row['hlo_ops']:>7} {row['jaxpr_ops']:>9} {measured / 1e3:>11.2f} "
+            f"{sim_hlo / 1e3:>10.2f} {row['ratio_hlo']:>6.2f} {sim_jaxpr / 1e3:>12.2f} "
+            f"{row['ratio_jaxpr']:>5.2f} {'' if err is None else f'{err:.0%}':>6}"
+        )
+        sys.stdout.flush()
+    within = sum(abs(r["ratio_hlo"] - 1) <= 0.25 for r in rows)
+    print(f"within 25% at the HLO level: {within} of {len(rows)}")
+    out = {
+        "host": {
+            "device_kind": jax.devices()[0].device_kind,
+            "peak_flops_per_us": spec.peak_flops,
+            "bandwidth_bytes_per_us": spec.bandwidth,
+            "cache_bytes": spec.cache_bytes,
+            "cache_bandwidth_bytes_per_us": spec.cache_bandwidth,
+            "kernel_overhead_us": overhead,
+            "dispatch_us": dispatch,
+        },
+        "repeats": args.repeats,
+        "rows": rows,
+    }
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path) as file:
+        file.write((json.dumps(out, indent=2) + "\n").encode())
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
