@@ -151,6 +151,26 @@ def test_place_with_a_baseline_method(capsys):
     assert doc["peak_memory_bytes"] == np.asarray(simulated.peak_memory).tolist()
 
 
+def test_place_and_eval_improve_from_a_start(run_dir, capsys):
+    argv = ["place", "layered:12", "--checkpoint", str(run_dir), "--start", "best"]
+    assert main([*argv, "--samples", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["start"].endswith("(best)") and doc["episodes"] == 3
+    assert doc["makespan_us"] <= doc["initial_makespan_us"]
+    eval_argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "layered:12", "--start", "m-etf"]
+    assert main([*eval_argv, "--no-heuristics"]) == 0
+    out = capsys.readouterr().out
+    assert "start ms" in out and "m-etf" in out
+
+
+def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys):
+    start = tmp_path / "start.json"
+    start.write_text(json.dumps([0, 1]))
+    argv = ["place", "example:diamond", "--checkpoint", str(run_dir), "--start", str(start)]
+    assert main(argv) == 2
+    assert "placement has 2 entries; the graph has 4 ops" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -198,6 +218,32 @@ def test_place_with_a_baseline_method(capsys):
                 "train.episodes=zero",
             ],
             "bad value 'zero' for config train.episodes",
+        ),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--start", "bogus"],
+            "unknown start 'bogus': choose one of random, single, metis",
+        ),
+        (
+            [
+                "train",
+                "--graphs",
+                "example:diamond",
+                "--devices",
+                "2",
+                "--workdir",
+                "{tmp}/w",
+                "--start",
+                "bogus",
+            ],
+            "unknown start 'bogus'",
+        ),
+        (
+            ["place", "example:diamond", "--method", "single", "--devices", "2", "--start", "best"],
+            "--start, --samples and --passes place with a policy",
+        ),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--samples", "-1"],
+            "--samples must be >= 0",
         ),
     ],
 )

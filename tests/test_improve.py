@@ -1,0 +1,115 @@
+"""Improve mode: episodes from a given start, regrouping within a start that splits a group, and
+a returned placement never slower than the start (strictly faster where a move helps)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from placeto_jax import Cluster, Graph, simulate
+from placeto_jax.config import Config, EnvConfig, PolicyConfig
+from placeto_jax.env import PlacetoEnv, build_bank, prepare
+from placeto_jax.env.start import with_start
+from placeto_jax.graphs import generators
+from placeto_jax.reproduce.improve import Outcome, faster, summary
+from placeto_jax.reproduce.starts import start_result, started
+from placeto_jax.rl.evaluate import Placement, place_with
+from placeto_jax.rl.train import make_train
+
+# Two devices, fast buses, no overheads: makespans by hand.
+CLUSTER = Cluster(n_devices=2, speed=1.0, bandwidth=1000.0, delta1=0.0, delta2=0.0)
+GIVEN = EnvConfig(initial_placement="given")
+
+
+def tied_step() -> Graph:
+    """Weight w, forward f, backward b, update u; w and u co-located (two tied nodes)."""
+    return Graph.from_edges(
+        [1.0, 10.0, 20.0, 5.0], [1000.0, 2000.0, 1000.0, 0.0],
+        [(0, 1), (1, 2), (2, 3), (0, 3)], names=["w", "f", "b", "u"],
+        colocation=[0, -1, -1, 0],
+    )  # fmt: skip
+
+
+def two_chains() -> Graph:
+    """a -> b and c -> d, 100 µs each: 400 µs on one device, 200 µs with a chain on each."""
+    return Graph.from_edges([100.0] * 4, [10.0] * 4, [(0, 1), (2, 3)], names=list("abcd"))
+
+
+def test_the_first_observation_is_the_given_start_unit_by_unit():
+    start = np.array([1, 0, 1, 1])  # the tied w and u together on device 1
+    pg = with_start(prepare("step", tied_step()), start, "hand", 2)
+    env = PlacetoEnv(GIVEN, 2)
+    env_params = env.env_params(build_bank([pg]), CLUSTER)
+    state, obs = jax.jit(env.reset)(jax.random.key(0), env_params)
+    np.testing.assert_array_equal(obs.placement[:4], start)
+    assert float(state.makespan) == pytest.approx(simulate(tied_step(), CLUSTER, start).makespan)
+
+
+def test_a_start_that_splits_a_group_is_kept_exactly_by_regrouping():
+    graph = generators.layered(24, seed=1)
+    pg = prepare("layered", graph, group_target=4)
+    op_start = np.arange(graph.n_ops) % 2  # splits every group of several ops
+    regrouped = with_start(pg, op_start, "alternate", 2)
+    np.testing.assert_array_equal(regrouped.expand(regrouped.start.placement), op_start)
+    assert regrouped.n_units > pg.n_units and regrouped.op_graph is graph
+    unchanged = with_start(pg, pg.expand(np.arange(pg.graph.n_ops) % 2), "whole", 2)
+    assert unchanged.graph is pg.graph  # a start that keeps every unit whole regroups nothing
+
+
+@pytest.mark.parametrize(
+    ("placement", "message"),
+    [
+        (np.zeros(3, dtype=int), "expected 4 integer devices"),
+        (np.array([0, 0, 2, 0]), "outside [0, 2)"),
+        (np.array([0, 0, 0, 1]), "are co-located"),
+    ],
+)
+def test_a_bad_start_is_refused_by_name(placement, message):
+    with pytest.raises(ValueError, match="start 'bad'") as err:
+        with_start(prepare("step", tied_step()), placement, "bad", 2)
+    assert message in str(err.value)
+
+
+def test_given_starts_need_a_start_on_every_graph():
+    with pytest.raises(ValueError, match="needs a start for every graph"):
+        PlacetoEnv(GIVEN, 2).env_params(build_bank([prepare("chains", two_chains())]), CLUSTER)
+
+
+def test_improve_mode_is_never_slower_than_the_start_and_finds_the_improving_move():
+    config = Config(n_devices=2, env=GIVEN, policy=PolicyConfig(rounds=1))
+    (pg,) = started([prepare("chains", two_chains())], CLUSTER, "single", jax.random.key(0))
+    assert pg.start.name == "single"
+    run = make_train(config, build_bank([pg]), CLUSTER)
+    params = run.init(jax.random.key(1), run.env_params).params  # untrained, near uniform
+    (greedy,) = place_with(run, params, run.env_params, [pg], CLUSTER)
+    (sampled,) = place_with(run, params, run.env_params, [pg], CLUSTER, 8, jax.random.key(2))
+    assert greedy.initial_makespan == sampled.initial_makespan == pytest.approx(400.0)
+    assert greedy.makespan <= greedy.initial_makespan and greedy.start == "single"
+    assert sampled.makespan == pytest.approx(200.0)  # the best move: a chain on each device
+    assert sampled.episodes == 9 and sampled.episode_steps == 9 * 4
+    exact = simulate(two_chains(), CLUSTER, sampled.placement).makespan
+    assert sampled.makespan == pytest.approx(exact)
+    assert faster(sampled, sampled.initial_makespan / 1e3)
+    assert not faster(dataclasses.replace(sampled, makespan=400.0), 0.4)
+
+
+def test_the_best_start_is_the_fastest_fast_heuristic_on_the_grouped_graph():
+    pg = prepare("chains", two_chains())
+    best = start_result(pg, CLUSTER, "best", jax.random.key(0))
+    assert best.makespan == pytest.approx(200.0) and best.method in ("metis", "heft", "m-etf")
+    with pytest.raises(ValueError, match="unknown start 'nope'"):
+        start_result(pg, CLUSTER, "nope", jax.random.key(0))
+
+
+def test_summary_counts_strict_gains_against_each_start():
+    def outcome(start_ms: float, placeto_ms: float) -> Outcome:
+        placed = Placement("g", np.zeros(4, int), placeto_ms * 1e3, 0.0, 0.0, np.zeros(2), True,
+                           4, 4, 1)  # fmt: skip
+        return Outcome("f", "g", 4, "m", start_ms, "m", start_ms, {"v": placed})
+
+    found = summary([outcome(10.0, 9.0), outcome(10.0, 10.0)], "v")
+    assert found["graphs"] == 2 and found["strictly faster"] == 0.5
+    assert found["mean gain"] == pytest.approx(0.05)
