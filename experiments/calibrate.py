@@ -8,6 +8,7 @@ are measured first by micro-benchmarks that know nothing of the models:
 - memory bandwidth: bytes/µs of an elementwise add (read two, write one) moving 12 times the
   last-level cache, and the cache's bandwidth: the same add moving a quarter of the cache; a
   kernel whose bytes fit the cache moves them at the cache's bandwidth;
+- convolution peaks: a dense and a depthwise 3 x 3 convolution (128 channels, 8 x 32 x 32);
 - per-kernel overhead: a chain of unfusable tiny matmuls in one program, 400 against 200 links
   (the difference over 200), which is the cluster's `delta1` (and the jaxpr level's launch).
 The simulated step (one device, `pj.simulate`) is compared with the median wall time of the
@@ -165,8 +166,32 @@ def host_roofline(repeats: int) -> tuple[DeviceSpec, float]:
 
     long, short = (median_us(chain(k), small, repeats=repeats) for k in (400, 200))
     overhead = max((long - short) / 200 / 2, 0.0)  # two kernels per link (dot, tanh)
-    spec = DeviceSpec(peak, bandwidth, overhead, cache_bytes=cache, cache_bandwidth=in_cache)
+    spec = DeviceSpec(
+        peak,
+        bandwidth,
+        overhead,
+        cache_bytes=cache,
+        cache_bandwidth=in_cache,
+        conv_peak_flops=conv_peak(1, repeats),
+        grouped_conv_peak_flops=conv_peak(128, repeats),
+    )
     return spec, overhead
+
+
+def conv_peak(groups: int, repeats: int) -> float:
+    """FLOP/µs of a 3 x 3 convolution, 128 -> 128 channels on 8 x 32 x 32 (NHWC), in `groups`
+    feature groups (128: depthwise)."""
+    x = jnp.ones((8, 32, 32, 128), jnp.float32)
+    w = jnp.ones((3, 3, 128 // groups, 128), jnp.float32)
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(
+            x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            feature_group_count=groups,
+        )  # fmt: skip
+
+    n_flops = 2 * 8 * 32 * 32 * 128 * 9 * (128 // groups)
+    return n_flops / median_us(jax.jit(conv), x, w, repeats=repeats)
 
 
 def concrete(tree, key: jax.Array):
@@ -235,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     spec, overhead = host_roofline(args.repeats)
     dispatch = median_us(jax.jit(lambda x: x), jnp.ones(()), repeats=args.repeats)
     print(
-        f"this CPU ({jax.devices()[0].device_kind}): peak {spec.peak_flops / 1e6:.3f} TFLOP/s, "
+        f"this CPU ({jax.devices()[0].device_kind}): peak {spec.peak_flops / 1e6:.3f} TFLOP/s "
+        f"(convolutions {spec.conv_peak_flops / 1e6:.3f}, depthwise "
+        f"{spec.grouped_conv_peak_flops / 1e6:.4f}), "
         f"bandwidth {spec.bandwidth / 1e3:.2f} GB/s (memory), {spec.cache_bandwidth / 1e3:.2f} "
         f"GB/s (kernels under {spec.cache_bytes / 2**20:.0f} MiB), "
         f"per-kernel overhead {overhead:.2f} µs, "
@@ -289,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             "bandwidth_bytes_per_us": spec.bandwidth,
             "cache_bytes": spec.cache_bytes,
             "cache_bandwidth_bytes_per_us": spec.cache_bandwidth,
+            "conv_peak_flops_per_us": spec.conv_peak_flops,
+            "grouped_conv_peak_flops_per_us": spec.grouped_conv_peak_flops,
             "kernel_overhead_us": overhead,
             "dispatch_us": dispatch,
         },

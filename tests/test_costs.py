@@ -194,3 +194,21 @@ def test_a_kernel_that_fits_the_cache_moves_its_bytes_at_the_cache_bandwidth():
     assert costs.roofline_us(0.0, 1000.0, spec) == 1000.0 / 40.0 + 1.0
     no_cache = dataclasses.replace(spec, cache_bytes=0.0)
     assert costs.kernel_us(0.0, 1000.0, no_cache) == 100.0
+
+
+def test_convolutions_run_at_their_own_peak_where_a_device_has_one():
+    spec = costs.DeviceSpec(
+        peak_flops=100.0,
+        bandwidth=1e9,
+        launch_us=0.0,
+        conv_peak_flops=20.0,
+        grouped_conv_peak_flops=5.0,
+    )
+    # 1,000 FLOPs of which 600 in a dense and 200 in a grouped convolution:
+    # 200 / 100 + 600 / 20 + 200 / 5 = 2 + 30 + 40 µs.
+    assert costs.kernel_us(1000.0, 1.0, spec, 600.0, 200.0) == 72.0
+    assert (
+        costs.kernel_us(1000.0, 1.0, dataclasses.replace(spec, conv_peak_flops=0.0), 600.0) == 10.0
+    )
+    only_conv = dataclasses.replace(spec, grouped_conv_peak_flops=0.0)
+    assert costs.kernel_us(1000.0, 1.0, only_conv, 0.0, 1000.0) == 50.0  # grouped at conv's peak

@@ -49,6 +49,8 @@ class DeviceSpec:
     speed: float = 1.0  # the cluster preset's relative speed: µs on it x speed = µs at speed 1
     cache_bytes: float = 0.0  # bytes: a kernel moving at most this many runs from cache (0: none)
     cache_bandwidth: float = 0.0  # bytes/µs of that cache
+    conv_peak_flops: float = 0.0  # FLOP/µs convolutions reach (0: peak_flops)
+    grouped_conv_peak_flops: float = 0.0  # FLOP/µs of grouped, depthwise ones (0: conv's)
 
 
 # Keyed by cluster preset name (placeto_jax.cluster.PRESETS). FP32 peak and memory bandwidth are
@@ -172,19 +174,32 @@ def flops(
     return None
 
 
-def kernel_us(n_flops: float, n_bytes: float, spec: DeviceSpec) -> float:
-    """max(compute time, memory time) in µs: a kernel's time without its launch. A kernel whose
-    bytes fit the device's cache (`cache_bytes`, as on a CPU's last level) moves them at the
-    cache's bandwidth."""
+def kernel_us(
+    n_flops: float,
+    n_bytes: float,
+    spec: DeviceSpec,
+    conv_flops: float = 0.0,
+    grouped_conv_flops: float = 0.0,
+) -> float:
+    """max(compute time, memory time) in µs: a kernel's time without its launch. `n_flops` is
+    the total, of which `conv_flops` (`grouped_conv_flops`) run at the device's convolution
+    (grouped convolution) peak where it has one. A kernel whose bytes fit the device's cache
+    (`cache_bytes`, as on a CPU's last level) moves them at the cache's bandwidth."""
+    conv_peak = spec.conv_peak_flops or spec.peak_flops
+    grouped_peak = spec.grouped_conv_peak_flops or conv_peak
+    other = n_flops - conv_flops - grouped_conv_flops
+    compute = other / spec.peak_flops + conv_flops / conv_peak + grouped_conv_flops / grouped_peak
     cached = 0 < n_bytes <= spec.cache_bytes and spec.cache_bandwidth > 0
-    return max(
-        n_flops / spec.peak_flops, n_bytes / (spec.cache_bandwidth if cached else spec.bandwidth)
-    )
+    return max(compute, n_bytes / (spec.cache_bandwidth if cached else spec.bandwidth))
 
 
-def roofline_us(n_flops: float, n_bytes: float, spec: DeviceSpec) -> float:
-    """max(compute time, memory time) + launch overhead, in µs."""
-    return kernel_us(n_flops, n_bytes, spec) + spec.launch_us
+def roofline_us(
+    n_flops: float, n_bytes: float, spec: DeviceSpec, conv_flops: float = 0.0, grouped: bool = False
+) -> float:
+    """max(compute time, memory time) + launch overhead, in µs (`conv_flops` of them in a
+    convolution, `grouped` or not; see `kernel_us`)."""
+    split = (0.0, conv_flops) if grouped else (conv_flops, 0.0)
+    return kernel_us(n_flops, n_bytes, spec, *split) + spec.launch_us
 
 
 def op_cost_us(
@@ -203,4 +218,7 @@ def op_cost_us(
             )
         n_flops = 0.0
     n_bytes = sum(nbytes(a) for a in ins) + sum(nbytes(a) for a in outs)
+    if name == "conv_general_dilated":
+        grouped = params["feature_group_count"] > 1 or params["batch_group_count"] > 1
+        return roofline_us(n_flops, n_bytes, spec, conv_flops=n_flops, grouped=grouped)
     return roofline_us(n_flops, n_bytes, spec)

@@ -256,11 +256,26 @@ class _Costing:
     def shape(self, computation: str, operand: str) -> str:
         return self.shapes[(computation, operand)]
 
+    def conv_flops(self, computation: str, ins: Instruction) -> tuple[float, float]:
+        """(dense, grouped) convolution FLOPs of one instruction, a fusion's summed."""
+        op = ins.opcode
+        if op in CALLERS and _called(ins.attributes, CALLERS[op]):
+            (called, *_) = _called(ins.attributes, CALLERS[op])
+            parts = [self.conv_flops(called, inner) for inner in self.module.computations[called]]
+            return sum(p[0] for p in parts), sum(p[1] for p in parts)
+        if op != "convolution":
+            return 0.0, 0.0
+        groups = _ints(_attribute(ins.attributes, "feature_group_count"))
+        batch_groups = _ints(_attribute(ins.attributes, "batch_group_count"))
+        grouped = (groups and groups[0] > 1) or (batch_groups and batch_groups[0] > 1)
+        n = self.flops(computation, ins)
+        return (0.0, n) if grouped else (n, 0.0)
+
     def flops(self, computation: str, ins: Instruction) -> float:
         """FLOPs of one instruction, a fusion's summed over its fused computation."""
         op, out = ins.opcode, elements(ins.shape)
         if op in CALLERS and _called(ins.attributes, CALLERS[op]):
-            (called,) = _called(ins.attributes, CALLERS[op])
+            (called, *_) = _called(ins.attributes, CALLERS[op])
             return sum(self.flops(called, inner) for inner in self.module.computations[called])
         if op == "dot":
             lhs = dims_of(self.shape(computation, ins.operands[0]))
@@ -307,9 +322,8 @@ class _Costing:
                 *_called(ins.attributes, "false_computation"),
             ]
             return max(self.body_us(b) for b in branches)
-        return kernel_us(
-            self.flops(computation, ins), self.bytes_moved(computation, ins), self.spec
-        )
+        flops, moved = self.flops(computation, ins), self.bytes_moved(computation, ins)
+        return kernel_us(flops, moved, self.spec, *self.conv_flops(computation, ins))
 
     def body_us(self, computation: str) -> float:
         """µs of a loop body or branch: its kernels, each with the device's launch time."""
