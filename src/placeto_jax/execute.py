@@ -26,7 +26,6 @@ before its first reader: one explicit `jax.device_put` of the list of values tha
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import itertools
 import os
 import statistics
@@ -445,8 +444,6 @@ def local_cluster(
 
 
 def op_graph(fn: Callable, *args: Any, **options: Any) -> Graph:
-    """`from_jax(fn, *args, **options)` at the jaxpr level: one op per equation, the ops that
-    `execute` runs (`level="jaxpr"` is passed where `from_jax` has levels)."""
-    if "level" in inspect.signature(from_jax).parameters:
-        options = {**options, "level": "jaxpr"}
-    return from_jax(fn, *args, **options)
+    """`from_jax(fn, *args, level="jaxpr", **options)`: one op per equation, the ops that
+    `execute` runs."""
+    return from_jax(fn, *args, level="jaxpr", **options)
