@@ -9,6 +9,7 @@ benchmark files (Placeto trained on each file, as in the benchmarks experiment).
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ class Settings:
     family: tuple[str, ...]  # overrides of the tiny preset for the family policies
     bench: tuple[str, ...]  # overrides of the tiny preset for Placeto trained on each file
     samples: int  # K: sampled episodes per graph
+    train_graphs: int = 24  # the first graphs of each family's train split that it trains on
     folders: tuple[str, ...] = ()  # top-level folders of the benchmark data to read; (): all
     seed: int = 0
 
@@ -74,9 +76,10 @@ PRESETS = {
     "quick": Settings(
         families=("cifar10", "ptb", "nmt"),
         devices=4,
-        family=(),
+        family=("train.iterations=30", "train.episodes=24"),
         bench=("train.iterations=10", "train.episodes=16", "run.group_target=32"),
         samples=32,
+        train_graphs=12,
     ),
     "full": Settings(
         families=("cifar10", "ptb", "nmt"),
@@ -112,10 +115,15 @@ def run_improve(
     recorder = Recorder(root, "improve", preset)
     key = jax.random.key(settings.seed)
     outcomes = []
-    for family in tqdm(settings.families, desc="families", disable=not progress):
-        outcomes += family_outcomes(family, settings, key)
-    if cases:
-        outcomes += bench_outcomes(cases, settings, key, progress)
+    for part in [*settings.families, *(["benchmarks"] if cases else [])]:
+        began = time.perf_counter()
+        if part == "benchmarks":
+            outcomes += bench_outcomes(cases, settings, key, progress)
+        else:
+            outcomes += family_outcomes(part, settings, key)
+        found = summary([o for o in outcomes if o.source == part], IMPROVED)
+        if progress:
+            tqdm.write(f"improve: {part} in {time.perf_counter() - began:.0f} s: {found}")
     _write(recorder, outcomes, settings)
     header = {
         "data": data,
@@ -134,7 +142,8 @@ def family_outcomes(family: str, settings: Settings, key: jax.Array) -> list[Out
     """A paper policy and a start-trained one on `family`/train, every variant on its test."""
     config = family_config(settings)
     cluster = cluster_of(config)
-    train = started(load_graphs(f"family:{family}/train", config), cluster, "best", key)
+    train = load_graphs(f"family:{family}/train", config)[: settings.train_graphs]
+    train = started(train, cluster, "best", key)
     test = started(load_graphs(f"family:{family}/test", config), cluster, "best", key)
     params = {
         origin: trained(_from(config, origin), train, cluster, key)
