@@ -35,6 +35,8 @@ class Graph:
         None  # [N] int64 group id (ops sharing one are co-located), -1 none
     )
     costs_for: tuple[str, float] | None = None  # (preset, its speed) the costs were priced for
+    kernels: np.ndarray | None = None  # [N] int64 kernels each op runs back to back (None: 1
+    # per op of nonzero cost); a grouped op holds its members' kernels
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -48,13 +50,16 @@ class Graph:
         op_types: Sequence[str] | None = None,
         colocation: Sequence[int] | np.ndarray | None = None,
         costs_for: tuple[str, float] | None = None,
+        kernels: Sequence[int] | np.ndarray | None = None,
     ) -> Graph:
         """Validate and build a graph. Edges are (producer, consumer) pairs of op indices, or of
         op names when `names` is given. Duplicate edges are merged. Raises `ValueError` naming the
         problem: bad lengths, negative or non-finite numbers, edges to missing ops, self-loops,
         cycles (with the ops on one cycle). `costs_for` records where the costs come from:
         (cluster preset, its speed); costs are always µs on a device of speed 1.0, so a graph
-        priced on a preset of speed s holds that device's times x s (docs/graphs.md)."""
+        priced on a preset of speed s holds that device's times x s (docs/graphs.md).
+        `kernels` counts the kernels each op runs back to back, `delta1` apart (a grouped op:
+        its members'); an op has at least one exactly when its cost is nonzero."""
         cost_arr = _vector("cost", cost, limit=MAX_COST_US)
         n = cost_arr.shape[0]
         if n == 0:
@@ -79,7 +84,7 @@ class Graph:
             coloc = coloc.astype(np.int64)
         graph = cls(
             cost_arr, out_arr, param_arr, edge_arr, name_tuple, types, coloc,
-            _costs_for(costs_for),
+            _costs_for(costs_for), _kernels(kernels, cost_arr),
         )  # fmt: skip
         graph.topological_order  # noqa: B018  (raises on a cycle)
         return graph
@@ -135,7 +140,16 @@ class Graph:
         if self.colocation is not None:
             h.update(self.colocation.tobytes())
         h.update(repr(self.costs_for).encode())
+        if self.kernels is not None:
+            h.update(self.kernels.tobytes())
         return h.hexdigest()
+
+    @property
+    def kernel_counts(self) -> np.ndarray:  # [N] int64
+        """Kernels each op runs back to back: `kernels`, else 1 per op of nonzero cost."""
+        if self.kernels is not None:
+            return self.kernels
+        return (self.cost > 0).astype(np.int64)
 
     # ------------------------------------------------------------------ co-location
     @functools.cached_property
@@ -288,6 +302,26 @@ def joined_classes(n_ops: int, groups: Sequence[Sequence[int]]) -> np.ndarray | 
     ids = np.full(n_ops, -1, dtype=np.int64)
     ids[shared] = np.unique(roots[shared], return_inverse=True)[1].ravel()
     return ids
+
+
+def _kernels(kernels: Sequence[int] | np.ndarray | None, cost: np.ndarray) -> np.ndarray | None:
+    """Validated kernel counts: integers >= 0, nonzero exactly where the cost is; None when
+    they are the default (1 per op of nonzero cost)."""
+    if kernels is None:
+        return None
+    arr = np.asarray(kernels)
+    n = cost.shape[0]
+    if arr.shape != (n,) or not np.issubdtype(arr.dtype, np.integer) or np.any(arr < 0):
+        raise ValueError(f"kernels must be {n} integers >= 0 (kernels per op)")
+    wrong = np.flatnonzero((arr > 0) != (cost > 0))
+    if wrong.size:
+        v = int(wrong[0])
+        raise ValueError(
+            f"op {v} has cost {cost[v]} and {int(arr[v])} kernels; an op runs at least one "
+            "kernel exactly when its cost is nonzero"
+        )
+    arr = arr.astype(np.int64)
+    return None if np.array_equal(arr, (cost > 0).astype(np.int64)) else arr
 
 
 def _costs_for(value) -> tuple[str, float] | None:

@@ -418,6 +418,9 @@ def _grouped_graph(graph: Graph, op_to_group: np.ndarray, ties: np.ndarray | Non
         op_types=op_types,
         colocation=ties,
         costs_for=graph.costs_for,
+        kernels=np.bincount(op_to_group, weights=graph.kernel_counts, minlength=n_groups).astype(
+            np.int64
+        ),
     )
 
 

@@ -30,6 +30,7 @@ length N (the number of ops); op i is entry i of every list.
 | `ops.param_bytes` | N numbers ≥ 0 | bytes resident on the op's device for the whole step |
 | `ops.op_type` | N strings or null | op kind, e.g. `"dot_general"` (optional) |
 | `ops.colocation` | N integers or null | co-location group (optional), see below |
+| `ops.kernels` | N integers ≥ 0 or null | kernels each op runs back to back (optional, below) |
 | `edges` | `[producer, consumer]` pairs | 0-based op indices; consumer reads producer's output |
 | `costs_for` | `{"preset": P, "speed": s}` or null | optional: costs priced on preset P (below) |
 
@@ -37,8 +38,10 @@ Costs are always µs on a device of speed 1.0. `costs_for` says where they come 
 traced with the roofline of preset P of speed s holds P's times x s, so that simulating it on P
 gives P's times and on another preset rescales once, by the ratio of the speeds.
 
-`op_type` and `colocation` may be null or left out. Ops that share a `colocation` id ≥ 0 must be
-placed on one device; -1 means no group.
+`op_type`, `colocation` and `kernels` may be null or left out. Ops that share a `colocation`
+id ≥ 0 must be placed on one device; -1 means no group. `kernels` counts the kernels an op runs
+back to back, `delta1` apart (null: one per op of nonzero cost, none for a zero-cost op); a
+grouped op holds its members' kernels, so that on one device it takes as long as they do.
 
 The graph must be a DAG: no self-loops or cycles; duplicate edges are merged. Other fields are
 rejected. Numbers are written with Python's shortest round-trip repr, so save then load
@@ -66,7 +69,7 @@ FORMAT = "placeto-jax-graph"
 MAX_FILE_BYTES = 2 * 2**30  # files are parsed whole: larger ones are refused before reading
 VERSION = 1
 _TOP_FIELDS = ("format", "version", "ops", "edges", "costs_for")
-_OP_FIELDS = ("name", "cost_us", "out_bytes", "param_bytes", "op_type", "colocation")
+_OP_FIELDS = ("name", "cost_us", "out_bytes", "param_bytes", "op_type", "colocation", "kernels")
 _JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
 
 
@@ -105,6 +108,7 @@ def graph_to_dict(graph: Graph) -> dict:
             "param_bytes": graph.param_bytes.tolist(),
             "op_type": None if graph.op_types is None else list(graph.op_types),
             "colocation": None if graph.colocation is None else graph.colocation.tolist(),
+            "kernels": None if graph.kernels is None else graph.kernels.tolist(),
         },
         "edges": graph.edges.tolist(),
         "costs_for": None
@@ -138,6 +142,7 @@ def graph_from_dict(doc: object) -> Graph:
         op_types=_column(ops, "op_type", "strings", _is_str, n, optional=True),
         colocation=_column(ops, "colocation", "integers", _is_int, n, optional=True),
         costs_for=_costs_for(doc.get("costs_for")),
+        kernels=_column(ops, "kernels", "integers", _is_int, n, optional=True),
     )
 
 

@@ -47,8 +47,9 @@ from placeto_jax.graphs.grouping import Grouping, group
 from placeto_jax.graphs.io import load_graph, save_graph
 from placeto_jax.graphs.trace import from_jax
 
-VERSION = 5  # 2: grouping by critical path, no scope step; 3: op counts cached beside
-# 4: weights co-located with their updates (from_jax colocate_params); 5: costs_for recorded
+VERSION = 6  # 2: grouping by critical path, no scope step; 3: op counts cached beside
+# 4: weights co-located with their updates (from_jax colocate_params); 5: costs_for recorded;
+# 6: grouped ops count their kernels (Graph.kernels)
 CACHE_ENV = "PLACETO_JAX_CACHE"
 DEFAULT_CACHE = Path("~/.cache/placeto_jax/zoo")
 

@@ -41,6 +41,7 @@ class SimGraph:
     cost: jax.Array  # [Np] float µs
     out_bytes: jax.Array  # [Np] float bytes
     param_bytes: jax.Array  # [Np] float bytes
+    inner_kernels: jax.Array  # [Np] float, kernels an op runs after its first (grouped ops)
     n_parents: jax.Array  # [Np] int32
     children: jax.Array  # [Np, K] int32, Np where absent
     chain_heads: jax.Array  # [W] int32, -1 for padding chains
@@ -159,6 +160,14 @@ def simulate_padded(
     return jax.tree.map(lambda x: x[0], simulate_lanes(graph, cluster, placement[None], broadcast))
 
 
+def op_duration(
+    cost: jax.Array, inner_kernels: jax.Array, cluster: SimCluster, by_op: jax.Array
+) -> jax.Array:
+    """[Np, L] µs each op runs on its device: its cost over the device's speed, plus `delta1`
+    between its kernels when it runs several back to back (a grouped op)."""
+    return cost[:, None] / cluster.speed[by_op] + inner_kernels[:, None] * cluster.delta1
+
+
 def simulate_lanes(
     graph: SimGraph, cluster: SimCluster, placements: jax.Array, broadcast: bool = True
 ) -> SimOutput:
@@ -172,7 +181,7 @@ def simulate_lanes(
     devices = jnp.arange(n_dev, dtype=jnp.int32)[:, None]  # [D, 1]
     lanes = jnp.arange(n_lanes, dtype=jnp.int32)  # [L]
     by_op = placements.T  # [Np, L]
-    duration = graph.cost[:, None] / cluster.speed[by_op]  # [Np, L] µs
+    duration = op_duration(graph.cost, graph.inner_kernels, cluster, by_op)  # [Np, L] µs
     xfer_time = graph.out_bytes[:, None] / cluster.bandwidth[by_op]  # [Np, L] µs
     # What a step reads about the op it starts: one row of the graph (shared by all lanes) and
     # one float row of its placement. Absent children point at their own op: a step then

@@ -29,6 +29,7 @@ class PaddedGraph:
     cost: np.ndarray  # [Np] float µs
     out_bytes: np.ndarray  # [Np] float bytes
     param_bytes: np.ndarray  # [Np] float bytes
+    inner_kernels: np.ndarray  # [Np] float, kernels an op runs after its first (0: one or none)
     n_parents: np.ndarray  # [Np] int32
     children: np.ndarray  # [Np, K] int32 consumer indices, Np where absent
     chain_heads: np.ndarray  # [W] int32 first op of each chain, -1 for padding chains
@@ -112,6 +113,7 @@ def pad_graph(
         cost=padded(graph.cost, 0.0, np.float64),
         out_bytes=padded(graph.out_bytes, 0.0, np.float64),
         param_bytes=padded(graph.param_bytes, 0.0, np.float64),
+        inner_kernels=padded((graph.kernel_counts - 1).clip(min=0), 0.0, np.float64),
         n_parents=padded(graph.in_degree, 0, np.int32),
         children=children,
         chain_heads=heads,

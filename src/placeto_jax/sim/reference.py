@@ -50,7 +50,8 @@ def _simulate_one(graph: Graph, cluster: Cluster, place: list[int]) -> SimResult
     n_parents = [int(k) for k in graph.in_degree]
     speed, bandwidth = cluster.speed, cluster.bandwidth
     cost, out_bytes = graph.cost.tolist(), graph.out_bytes.tolist()
-    duration = [cost[v] / speed[place[v]] for v in range(n)]
+    inner = (graph.kernel_counts - 1).clip(min=0).tolist()
+    duration = [cost[v] / speed[place[v]] + inner[v] * cluster.delta1 for v in range(n)]
     remote_devices = [sorted({place[c] for c in children[v]} - {place[v]}) for v in range(n)]
 
     missing_inputs = list(n_parents)  # parents whose data is not yet on v's device

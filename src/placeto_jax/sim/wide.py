@@ -53,6 +53,7 @@ from placeto_jax.sim.core import (
     _pick,
     _until,
     consumer_devices,
+    op_duration,
     smallest,
     transfer,
 )
@@ -147,7 +148,8 @@ def simulate_lanes_wide(
     by_op = jnp.concatenate([placements.T, jnp.zeros((1, n_lanes), jnp.int32)])  # [Np + 1, L]
     cost = jnp.pad(graph.cost, (0, 1))
     out_bytes = jnp.pad(graph.out_bytes, (0, 1))
-    duration = cost[:, None] / cluster.speed[by_op]  # [Np + 1, L] µs
+    inner = jnp.pad(graph.inner_kernels, (0, 1))
+    duration = op_duration(cost, inner, cluster, by_op)  # [Np + 1, L] µs
     op_times = jnp.stack([duration, out_bytes[:, None] / cluster.bandwidth[by_op]], -1)
     op_times = op_times.reshape(-1, 2)  # [(Np + 1) L, 2] µs: run, transfer
     placement_flat = by_op.reshape(-1)
