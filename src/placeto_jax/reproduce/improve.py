@@ -74,7 +74,8 @@ class Settings:
 
 PRESETS = {
     "quick": Settings(
-        families=("cifar10", "ptb", "nmt"),
+        # nmt left out: its part ran out of memory twice on the shared 23 GB development machine
+        families=("cifar10", "ptb"),
         devices=4,
         family=("train.iterations=30", "train.episodes=24"),
         bench=("train.iterations=10", "train.episodes=16", "run.group_target=32"),
@@ -114,8 +115,15 @@ def run_improve(
     cases = benchmark_cases(data, settings.folders) if data else []  # read before any work
     recorder = Recorder(root, "improve", preset)
     key = jax.random.key(settings.seed)
+    header = {
+        "data": data,
+        **dataclasses.asdict(settings),
+        "family_config": to_dict(family_config(settings)),
+        "variants": [dataclasses.asdict(v) for v in VARIANTS],
+    }
     outcomes = []
-    for part in [*settings.families, *(["benchmarks"] if cases else [])]:
+    parts = [settings.families[0], *(["benchmarks"] if cases else []), *settings.families[1:]]
+    for part in parts:  # the tables are rewritten after every part: a killed run keeps them
         began = time.perf_counter()
         if part == "benchmarks":
             outcomes += bench_outcomes(cases, settings, key, progress)
@@ -124,14 +132,11 @@ def run_improve(
         found = summary([o for o in outcomes if o.source == part], IMPROVED)
         if progress:
             tqdm.write(f"improve: {part} in {time.perf_counter() - began:.0f} s: {found}")
-    _write(recorder, outcomes, settings)
-    header = {
-        "data": data,
-        **dataclasses.asdict(settings),
-        "family_config": to_dict(family_config(settings)),
-        "variants": [dataclasses.asdict(v) for v in VARIANTS],
-    }
-    return recorder.finish(header, [settings.seed], NOTES)
+        recorder.sections.clear()
+        _write(recorder, outcomes, settings)
+        path = recorder.finish({**header, "parts done": parts[: parts.index(part) + 1]},
+                               [settings.seed], NOTES)  # fmt: skip
+    return path
 
 
 def family_config(settings: Settings) -> Config:
