@@ -27,6 +27,9 @@ TINY = [
 ]
 
 
+TRAIN_DIAMOND = ["train", "--graphs", "example:diamond", "--devices", "2", "--workdir", "{tmp}/w"]
+
+
 def _train(workdir) -> int:
     graphs = "example:diamond,layered:12"
     argv = ["train", "--graphs", graphs, "--devices", "2", "--workdir", str(workdir)]
@@ -223,20 +226,7 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             ["place", "example:diamond", "--checkpoint", "{run}", "--start", "bogus"],
             "unknown start 'bogus': choose one of random, single, metis",
         ),
-        (
-            [
-                "train",
-                "--graphs",
-                "example:diamond",
-                "--devices",
-                "2",
-                "--workdir",
-                "{tmp}/w",
-                "--start",
-                "bogus",
-            ],
-            "unknown start 'bogus'",
-        ),
+        ([*TRAIN_DIAMOND, "--start", "bogus"], "unknown start 'bogus'"),
         (
             ["place", "example:diamond", "--method", "single", "--devices", "2", "--start", "best"],
             "--start, --samples and --passes place with a policy",
