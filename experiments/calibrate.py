@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,7 +38,7 @@ import placeto_jax as pj
 from placeto_jax.files import atomic_write
 from placeto_jax.graphs import zoo
 from placeto_jax.graphs.costs import DeviceSpec, op_cost_us
-from placeto_jax.graphs.measure import measure_eqn_us
+from placeto_jax.graphs.measure import measure_eqn_us, median_time_us
 from placeto_jax.graphs.trace import from_jax
 
 REDUCED = {
@@ -122,13 +120,7 @@ def models() -> dict[str, Callable[[], zoo.TrainStep]]:
 # ---------------------------------------------------------------------- this CPU's roofline
 def median_us(fn: Callable, *args, repeats: int) -> float:
     """Median wall time in µs of `fn(*args)` after one warm-up call."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(times)
+    return median_time_us(fn, args, repeats=repeats, warmup=1)
 
 
 def last_level_cache_bytes() -> float:

@@ -74,14 +74,14 @@ def test_cache_is_written_atomically_and_reused(tmp_path, monkeypatch):
     def no_timing(*args, **kwargs):
         raise AssertionError("timed an op that was cached")
 
-    monkeypatch.setattr(measure, "_time_us", no_timing)
+    monkeypatch.setattr(measure, "median_time_us", no_timing)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a failed timing would fall back with a warning
         second = trace_tiny(cache)
     np.testing.assert_array_equal(second.cost, first.cost)
 
     timed = []
-    monkeypatch.setattr(measure, "_time_us", lambda fn, args, **kw: timed.append(args) or 1.0)
+    monkeypatch.setattr(measure, "median_time_us", lambda fn, args, **kw: timed.append(args) or 1.0)
     trace_tiny(cache, n=4)  # a different shape is a different key
     assert len(timed) == 3
     assert len(json.loads(cache.read_text())) == 6

@@ -97,7 +97,7 @@ def measure_eqn_us(
     if cache is not None and key in cache:
         return cache[key]
     fn, args = _standalone(eqn)
-    us = _time_us(fn, args, repeats=repeats, warmup=warmup)
+    us = median_time_us(fn, args, repeats=repeats, warmup=warmup)
     if cache is not None:
         cache[key] = us
     return us
@@ -126,7 +126,7 @@ def _example(aval: Any, key: jax.Array) -> jax.Array:
     return jnp.zeros(aval.shape, aval.dtype)
 
 
-def _time_us(fn: Callable, args: Sequence[Any], *, repeats: int, warmup: int) -> float:
+def median_time_us(fn: Callable, args: Sequence[Any], *, repeats: int, warmup: int) -> float:
     """Median wall time of `fn(*args)` in µs, waiting for its results each run."""
     for _ in range(warmup):
         jax.block_until_ready(fn(*args))
