@@ -50,11 +50,31 @@ def test_the_checks_see_a_split_class():
     assert colocation_split(graph, np.array([1, 0, 0])) == (0, 2)
 
 
+SOME_FILES = [
+    *TRAINING,
+    MSR_FIDDLE / "throughput-inputs/OperatorGraphs/resnet50_inference.json",
+    MSR_FIDDLE / "latency-inputs/LayerGraphs/inceptionv3_inference.json",
+]  # the default suite's bank: operator and layer, training and inference, throughput and latency
+
+
 @needs_data
+def test_placeto_trains_places_and_evaluates_benchmark_files(tmp_path, capsys):
+    assert all(path in FILES for path in SOME_FILES)
+    train_place_and_evaluate(SOME_FILES, tmp_path, capsys)
+
+
+@needs_data
+@pytest.mark.slow
 def test_placeto_trains_places_and_evaluates_every_benchmark_file(tmp_path, capsys):
     assert len(FILES) == 21  # 8 latency and 13 throughput graphs
-    graphs = {str(path): pj.graphs.load(path) for path in FILES}
-    assert sum(g.colocation is not None for g in graphs.values()) >= 10
+    train_place_and_evaluate(FILES, tmp_path, capsys)
+
+
+def train_place_and_evaluate(files: list[Path], tmp_path: Path, capsys) -> None:
+    """`train` on one bank of `files`, `eval` every one (each class on one device), `place -o`
+    the training operator graph and simulate the file by name."""
+    graphs = {str(path): pj.graphs.load(path) for path in files}
+    assert sum(g.colocation is not None for g in graphs.values()) >= min(10, len(files) // 2)
     workdir = tmp_path / "run"
     argv = ["--graphs", ",".join(graphs), "--no-heuristics"]  # classes, not quality, here
     assert main(["train", *argv, "--workdir", str(workdir), *TINY_RUN]) == 0
