@@ -98,9 +98,10 @@ class Module:
 
 @dataclasses.dataclass(frozen=True)
 class HloOps:
-    """The ops of a module's entry computation, in schedule order (a topological order)."""
+    """The ops a trace found, in a topological order: the kernels of a module's entry
+    computation (schedule order), or a jaxpr's equations (`graphs.trace`)."""
 
-    cost: list[float]  # [N] µs on the pricing device
+    cost: list[float]  # [N] µs on the pricing device (or measured)
     out_bytes: list[float]  # [N] bytes
     names: list[str]  # [N] base names (not yet unique)
     op_types: list[str]  # [N]
@@ -256,27 +257,28 @@ class _Costing:
     def shape(self, computation: str, operand: str) -> str:
         return self.shapes[(computation, operand)]
 
-    def conv_flops(self, computation: str, ins: Instruction) -> tuple[float, float]:
-        """(dense, grouped) convolution FLOPs of one instruction, a fusion's summed."""
-        op = ins.opcode
-        if op in CALLERS and _called(ins.attributes, CALLERS[op]):
-            (called, *_) = _called(ins.attributes, CALLERS[op])
-            parts = [self.conv_flops(called, inner) for inner in self.module.computations[called]]
-            return sum(p[0] for p in parts), sum(p[1] for p in parts)
-        if op != "convolution":
-            return 0.0, 0.0
+    def flop_parts(self, computation: str, ins: Instruction) -> tuple[float, float, float]:
+        """(all, dense convolution, grouped convolution) FLOPs of one instruction, a fusion's
+        summed over its fused computation."""
+        if ins.opcode in CALLERS and _called(ins.attributes, CALLERS[ins.opcode]):
+            (called, *_) = _called(ins.attributes, CALLERS[ins.opcode])
+            parts = [self.flop_parts(called, inner) for inner in self.module.computations[called]]
+            return tuple(sum(p[k] for p in parts) for k in range(3))
+        n = self._own_flops(computation, ins)
+        if ins.opcode != "convolution":
+            return n, 0.0, 0.0
         groups = _ints(_attribute(ins.attributes, "feature_group_count"))
         batch_groups = _ints(_attribute(ins.attributes, "batch_group_count"))
         grouped = (groups and groups[0] > 1) or (batch_groups and batch_groups[0] > 1)
-        n = self.flops(computation, ins)
-        return (0.0, n) if grouped else (n, 0.0)
+        return (n, 0.0, n) if grouped else (n, n, 0.0)
 
     def flops(self, computation: str, ins: Instruction) -> float:
         """FLOPs of one instruction, a fusion's summed over its fused computation."""
+        return self.flop_parts(computation, ins)[0]
+
+    def _own_flops(self, computation: str, ins: Instruction) -> float:
+        """FLOPs of one instruction that calls no computation."""
         op, out = ins.opcode, elements(ins.shape)
-        if op in CALLERS and _called(ins.attributes, CALLERS[op]):
-            (called, *_) = _called(ins.attributes, CALLERS[op])
-            return sum(self.flops(called, inner) for inner in self.module.computations[called])
         if op == "dot":
             lhs = dims_of(self.shape(computation, ins.operands[0]))
             contracted = _ints(_attribute(ins.attributes, "lhs_contracting_dims"))
@@ -322,8 +324,8 @@ class _Costing:
                 *_called(ins.attributes, "false_computation"),
             ]
             return max(self.body_us(b) for b in branches)
-        flops, moved = self.flops(computation, ins), self.bytes_moved(computation, ins)
-        return kernel_us(flops, moved, self.spec, *self.conv_flops(computation, ins))
+        flops, dense, grouped = self.flop_parts(computation, ins)
+        return kernel_us(flops, self.bytes_moved(computation, ins), self.spec, dense, grouped)
 
     def body_us(self, computation: str) -> float:
         """µs of a loop body or branch: its kernels, each with the device's launch time."""

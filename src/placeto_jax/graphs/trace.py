@@ -98,19 +98,6 @@ _NONE = _Deps()
 LEVELS = ("hlo", "jaxpr")
 
 
-@dataclasses.dataclass(frozen=True)
-class _Ops:
-    """The ops a trace found, before they become a Graph."""
-
-    cost: list[float]  # [N] µs on the pricing device (or measured)
-    out_bytes: list[float]  # [N] bytes
-    names: list[str]  # [N] base names
-    op_types: list[str]  # [N]
-    edges: list[tuple[int, int]]  # [E] (producer, consumer)
-    param_users: dict[int, set[int]]  # flat input position -> ops reading it
-    outputs: list[frozenset[int]]  # [flat outputs] ops each output depends on
-
-
 def from_jax(
     fn: Callable,
     *example_args: Any,
@@ -190,13 +177,13 @@ def _compiled_ops(
     donate_argnums: Sequence[int],
     spec: DeviceSpec,
     is_param: Sequence[bool],
-) -> tuple[_Ops, Any]:
+) -> tuple[hlo.HloOps, Any]:
     """The kernels of the compiled program (`placeto_jax.graphs.hlo`; readers kept for the
     parameter leaves only) and the output shapes."""
     text, out_shape = _guarded(fn, lambda: hlo.compile_text(fn, example_args, donate_argnums))
     found = hlo.module_ops(hlo.parse_module(text), spec)
     readers = {leaf: ops for leaf, ops in found.param_users.items() if is_param[leaf]}
-    return _Ops(**{**dataclasses.asdict(found), "param_users": readers}), out_shape
+    return dataclasses.replace(found, param_users=readers), out_shape
 
 
 def _jaxpr_ops(
@@ -207,7 +194,7 @@ def _jaxpr_ops(
     cost_model: str,
     unroll_loops: bool,
     cache: str | os.PathLike | None,
-) -> tuple[_Ops, list[float], Any]:
+) -> tuple[hlo.HloOps, list[float], Any]:
     """One op per jaxpr equation, the bytes of every flat input, and the output shapes."""
     closed, out_shape = _guarded(fn, lambda: jax.make_jaxpr(fn, return_shape=True)(*example_args))
     inputs = [_Deps(params=frozenset({i})) if p else _NONE for i, p in enumerate(is_param)]
@@ -220,7 +207,7 @@ def _jaxpr_ops(
         builder = _Builder(functools.partial(_measured_cost, spec=spec, times=times), unroll_loops)
         outputs = builder.walk(closed.jaxpr, inputs, "")
         save_cache(path, times)
-    ops = _Ops(
+    ops = hlo.HloOps(
         builder.cost,
         builder.out_bytes,
         builder.names,
