@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow lint bench bench-train bench-gpu bench-execute reproduce-quick reproduce clean
+.PHONY: install run test test-slow lint bench bench-train bench-gpu bench-execute calibrate reproduce-quick reproduce clean
 
 install: $(STAMP)
 
@@ -42,6 +42,9 @@ bench-gpu: install  ## simulator and trainer throughput on the accelerator (CPU:
 
 bench-execute: install  ## 20 placements of a small zoo model run on 4 host CPU devices vs simulated; writes results/bench/execute.json
 	$(PY) experiments/bench_execute.py
+
+calibrate: install  ## simulated vs measured single-device training steps on one core of this CPU; writes results/calibration/calibration.json
+	XLA_FLAGS="--xla_cpu_multi_thread_eigen=false $$XLA_FLAGS" taskset -c 0 $(PY) experiments/calibrate.py
 
 BENCHMARK_DATA ?= ../shared/benchmarks/msr-fiddle
 

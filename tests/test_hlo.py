@@ -70,9 +70,10 @@ ENTRY %main (x: f32[8,16], w: f32[16,32]) -> (f32[8,32], f32[16,32], f32[4]) {
 def test_parser_reads_computations_instructions_and_aliases():
     module = hlo.parse_module(MODULE)
     assert module.entry == "main"
+    assert module.name == "jit_f"
     assert set(module.computations) == {"fused_dense", "cond", "body", "main"}
     assert module.root == {"fused_dense": "tanh.0", "cond": "lt", "body": "t", "main": "tuple"}
-    assert module.aliases == frozenset({1})
+    assert module.aliases == {1: 1}  # output 1 is written into parameter 1's buffer
     by_name = {i.name: i for i in module.computations["main"]}
     assert by_name["fusion"].opcode == "fusion"
     assert by_name["fusion"].operands == ("x", "w")
@@ -168,7 +169,7 @@ def test_a_training_step_is_its_kernels_with_weights_kept_with_their_updates():
     # One class per weight, as at the jaxpr level: every op reading the weight, its mu or its
     # nu (flat inputs k, 5 + k, 9 + k; input 4 is Adam's count), and the producers of the new
     # weight, mu and nu (flat outputs k, 5 + k, 9 + k), read off the same compiled program.
-    text, _ = hlo.compile_text(step, args, (0, 1))
+    _, text, _ = hlo.compile_program(step, args, (0, 1))
     ops = hlo.module_ops(hlo.parse_module(text), UNIT)
     classes = graph.colocation_classes
     found = set()
@@ -200,7 +201,7 @@ def test_donated_updates_are_not_counted_twice():
     weights = jax.tree.leaves(args[0])  # the first outputs are the new weights, in this order
 
     def producers_bytes(donate):
-        text, _ = hlo.compile_text(step, args, donate)
+        _, text, _ = hlo.compile_program(step, args, donate)
         ops = hlo.module_ops(hlo.parse_module(text), UNIT)
         return [[ops.out_bytes[v] for v in ops.outputs[k]] for k in range(len(weights))]
 
@@ -214,7 +215,7 @@ def test_donated_updates_are_not_counted_twice():
     ("options", "message"),
     [
         ({"level": "mlir"}, "unknown level 'mlir'"),
-        ({"cost_model": "measure"}, "cost_model='measure' is a jaxpr-level option"),
+        ({"cost_model": "measure", "measure_repeats": 0}, "measure_repeats must be at least 1"),
         ({"unroll_loops": True}, "unroll_loops=True is a jaxpr-level option"),
         ({"donate_argnums": (3,)}, r"donate_argnums \[3\] out of range for 1 example"),
     ],

@@ -90,10 +90,11 @@ class Instruction:
 class Module:
     """The computations of an HLO module by name, its entry, and its donated outputs."""
 
+    name: str  # the module's name (`jit_<function>`), as profiles report it
     computations: dict[str, tuple[Instruction, ...]]
     entry: str
     root: dict[str, str]  # computation -> its ROOT instruction's name
-    aliases: frozenset[int]  # top-level output positions aliased to an input buffer
+    aliases: dict[int, int]  # top-level output position -> the parameter whose buffer it reuses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,14 +111,15 @@ class HloOps:
     outputs: list[frozenset[int]]  # [flat outputs] ops each output depends on
 
 
-def compile_text(
+def compile_program(
     fn: Callable, example_args: Sequence[Any], donate_argnums: Sequence[int]
-) -> tuple[str, Any]:
-    """The optimized HLO text of `jax.jit(fn)` for `example_args` on the current backend (every
-    argument kept, so parameter i is flat input leaf i), and the tree of output shapes."""
+) -> tuple[Any, str, Any]:
+    """`jax.jit(fn)` compiled for `example_args` on the current backend (every argument kept, so
+    parameter i is flat input leaf i), its optimized HLO text, and the tree of output shapes."""
     jitted = jax.jit(fn, keep_unused=True, donate_argnums=tuple(donate_argnums))
     lowered = jitted.lower(*example_args)
-    return lowered.compile().as_text(), lowered.out_info
+    compiled = lowered.compile()
+    return compiled, compiled.as_text(), lowered.out_info
 
 
 def parse_module(text: str) -> Module:
@@ -144,17 +146,18 @@ def parse_module(text: str) -> Module:
     if not entry:
         raise ValueError("the HLO text has no ENTRY computation")
     header = text.splitlines()[0] if text else ""
+    named = re.match(r"HloModule\s+([^\s,]+)", header)
     frozen = {k: tuple(v) for k, v in computations.items()}
-    return Module(frozen, entry, roots, _aliased_outputs(header))
+    return Module(named.group(1) if named else "", frozen, entry, roots, _aliased_outputs(header))
 
 
-def _aliased_outputs(header: str) -> frozenset[int]:
-    """Top-level output positions named in the module header's `input_output_alias`."""
+def _aliased_outputs(header: str) -> dict[int, int]:
+    """Top-level output position -> parameter number, from the header's `input_output_alias`."""
     start = header.find("input_output_alias={")
     if start < 0:
-        return frozenset()
+        return {}
     body = header[start : _closing(header, header.index("{", start)) + 1]
-    return frozenset(int(index.split(",")[0] or 0) for index, _ in _ALIAS.findall(body))
+    return {int(index.split(",")[0] or 0): int(param) for index, param in _ALIAS.findall(body)}
 
 
 def _closing(text: str, start: int) -> int:
@@ -384,6 +387,22 @@ def module_ops(module: Module, spec: DeviceSpec) -> HloOps:
             if v not in read:
                 ops.out_bytes[v] = max(0.0, ops.out_bytes[v] - shape_bytes(shapes[flat[position]]))
     return ops
+
+
+def nested_kernels(module: Module, ins: Instruction) -> frozenset[str]:
+    """The kernels a `while`, `conditional` or `call` runs inside it (its bodies, conditions and
+    branches, recursively; not a fusion's fused instructions, which are one kernel)."""
+    keys = ("body", "condition", "branch_computations", "true_computation", "false_computation")
+    called = [c for key in keys for c in _called(ins.attributes, key)]
+    if ins.opcode == "call":
+        called += _called(ins.attributes, "to_apply")
+    found: set[str] = set()
+    for computation in called:
+        for inner in module.computations[computation]:
+            if inner.is_op:
+                found.add(inner.name)
+                found |= nested_kernels(module, inner)
+    return frozenset(found)
 
 
 def _metadata_name(ins: Instruction) -> list[str]:

@@ -114,10 +114,10 @@ def _standalone(eqn: jex_core.JaxprEqn) -> tuple[Callable, list[Any]]:
         return eqn.primitive.bind(*ins, **params)
 
     keys = jax.random.split(jax.random.key(0), max(len(variables), 1))
-    return jax.jit(apply), [_example(v.aval, k) for v, k in zip(variables, keys, strict=False)]
+    return jax.jit(apply), [example_value(v.aval, k) for v, k in zip(variables, keys, strict=False)]
 
 
-def _example(aval: Any, key: jax.Array) -> jax.Array:
+def example_value(aval: Any, key: jax.Array) -> jax.Array:
     """A concrete value of `aval`: floats in [0.5, 1), zeros otherwise (safe indices)."""
     if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key):
         return jnp.broadcast_to(jax.random.key(0), aval.shape)

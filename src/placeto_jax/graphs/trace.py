@@ -21,8 +21,12 @@ be `jax.ShapeDtypeStruct`s, at either level) and makes one op per primitive equa
   the cost model's fallback (bytes only, with a warning).
 Costs are µs on `device` (`placeto_jax.graphs.costs`). A loop op's cost includes every launch
 overhead of its body. With `cost_model="measure"`, each op is instead timed on the current JAX
-backend (`placeto_jax.graphs.measure`): loop and branch ops are run as a whole, unrolled scan
-bodies op by op; an op that cannot run on its own falls back to the roofline with a warning.
+backend. At the HLO level the compiled program runs a few times under the JAX profiler and each
+kernel costs the median of its recorded durations (`placeto_jax.graphs.profiled`; a loop or
+branch its inner kernels' durations plus `device`'s launch time for each). At the jaxpr level
+each op runs alone (`placeto_jax.graphs.measure`): loop and branch ops are run as a whole,
+unrolled scan bodies op by op; an op that cannot run on its own falls back to the roofline with
+a warning.
 Names come from each equation's name stack (Flax module paths, `jax.jit` function names,
 `jax.named_scope`s; AD renders as `jvp(...)`/`transpose(...)`) joined with `/` and ending with
 the primitive name; a repeated name gets `_1`, `_2`, ... appended (at both levels). A jaxpr-level
@@ -64,7 +68,14 @@ from jax.extend import core as jex_core
 from placeto_jax.graphs import hlo
 from placeto_jax.graphs.core import Graph, joined_classes
 from placeto_jax.graphs.costs import DeviceSpec, device_spec, nbytes, op_cost_us
-from placeto_jax.graphs.measure import cache_path, load_cache, measure_eqn_us, save_cache
+from placeto_jax.graphs.measure import (
+    cache_path,
+    example_value,
+    load_cache,
+    measure_eqn_us,
+    save_cache,
+)
+from placeto_jax.graphs.profiled import kernel_times_us
 
 COST_MODELS = ("roofline", "measure")
 
@@ -110,6 +121,7 @@ def from_jax(
     colocate_params: bool = True,
     name: str | None = None,
     cache: str | os.PathLike | None = None,
+    measure_repeats: int = 10,
 ) -> Graph:
     """The placement graph of `fn` applied to `example_args`.
 
@@ -117,10 +129,12 @@ def from_jax(
     current backend (`placeto_jax.graphs.hlo`: fusions, custom calls, copies, collectives),
     priced by the roofline without a launch term (the cluster's `delta1` is the one per-kernel
     overhead); `donate_argnums` are donated as in `jax.jit`, so outputs written into donated
-    buffers are not counted twice. `level="jaxpr"` makes one op per jaxpr equation (see the
-    module docstring), priced with the device's launch time per op, or timed
-    (`cost_model="measure"`, jaxpr level only) on the current backend, reading and updating the
-    op time cache at `cache` (default: `placeto_jax.graphs.measure.cache_path`).
+    buffers are not counted twice; `cost_model="measure"` instead times every kernel where it
+    runs, the median of `measure_repeats` runs of the compiled program under the JAX profiler
+    (`placeto_jax.graphs.profiled`; inputs given as shapes get concrete values). `level="jaxpr"`
+    makes one op per jaxpr equation (see the module docstring), priced with the device's launch
+    time per op, or timed alone (`cost_model="measure"`) on the current backend, reading and
+    updating the op time cache at `cache` (default: `placeto_jax.graphs.measure.cache_path`).
 
     `device` is a cluster preset name (or a `DeviceSpec`) whose roofline prices the ops. Costs
     are stored as the Graph's unit, µs on a device of speed 1.0: the device's times x its
@@ -134,14 +148,16 @@ def from_jax(
         raise ValueError(f"unknown level {level!r}; choose one of {LEVELS}")
     if cost_model not in COST_MODELS:
         raise ValueError(f"unknown cost model {cost_model!r}; choose one of {COST_MODELS}")
-    if level == "hlo" and (cost_model != "roofline" or unroll_loops):
-        option = "cost_model='measure'" if cost_model != "roofline" else "unroll_loops=True"
-        raise ValueError(f"{option} is a jaxpr-level option: pass level='jaxpr' with it")
+    if level == "hlo" and unroll_loops:
+        raise ValueError("unroll_loops=True is a jaxpr-level option: pass level='jaxpr' with it")
+    if measure_repeats < 1:
+        raise ValueError(f"measure_repeats must be at least 1, got {measure_repeats}")
     spec = device_spec(device)
-    is_param = _param_leaves(example_args, param_argnums)
+    is_param = _leaves_of_args(example_args, param_argnums)
     if level == "hlo":
         donated = _argnums(donate_argnums, len(example_args), "donate_argnums")
-        ops, out_shape = _compiled_ops(fn, example_args, donated, spec, is_param)
+        measure = measure_repeats if cost_model == "measure" else 0
+        ops, out_shape = _compiled_ops(fn, example_args, donated, spec, is_param, measure)
         flat_sizes = [nbytes(leaf) for leaf in jax.tree.leaves(example_args)]
     else:
         ops, flat_sizes, out_shape = _jaxpr_ops(
@@ -177,13 +193,41 @@ def _compiled_ops(
     donate_argnums: Sequence[int],
     spec: DeviceSpec,
     is_param: Sequence[bool],
+    measure_repeats: int,
 ) -> tuple[hlo.HloOps, Any]:
     """The kernels of the compiled program (`placeto_jax.graphs.hlo`; readers kept for the
-    parameter leaves only) and the output shapes."""
-    text, out_shape = _guarded(fn, lambda: hlo.compile_text(fn, example_args, donate_argnums))
-    found = hlo.module_ops(hlo.parse_module(text), spec)
+    parameter leaves only) and the output shapes; with `measure_repeats` > 0 the costs are the
+    kernels' profiled times (`placeto_jax.graphs.profiled`), else the roofline's."""
+    compiled, text, out_shape = _guarded(
+        fn, lambda: hlo.compile_program(fn, example_args, donate_argnums)
+    )
+    module = hlo.parse_module(text)
+    found = hlo.module_ops(module, spec)
     readers = {leaf: ops for leaf, ops in found.param_users.items() if is_param[leaf]}
-    return dataclasses.replace(found, param_users=readers), out_shape
+    found = dataclasses.replace(found, param_users=readers)
+    if measure_repeats:
+        times = kernel_times_us(
+            compiled,
+            _concrete(example_args),
+            module,
+            repeats=measure_repeats,
+            inner_overhead_us=spec.launch_us,
+            donated=_leaves_of_args(example_args, donate_argnums, "donate_argnums"),
+        )
+        found = dataclasses.replace(found, cost=times)
+    return found, out_shape
+
+
+def _concrete(example_args: tuple) -> tuple:
+    """The arguments with every `jax.ShapeDtypeStruct` leaf given a concrete value
+    (`graphs.measure.example_value`); arrays are kept."""
+    leaves, treedef = jax.tree.flatten(example_args)
+    keys = jax.random.split(jax.random.key(0), max(len(leaves), 1))
+    made = [
+        example_value(leaf, key) if isinstance(leaf, jax.ShapeDtypeStruct) else leaf
+        for leaf, key in zip(leaves, keys, strict=False)
+    ]
+    return jax.tree.unflatten(treedef, made)
 
 
 def _jaxpr_ops(
@@ -238,9 +282,12 @@ def _argnums(argnums: int | Sequence[int], n_args: int, what: str) -> list[int]:
     return nums
 
 
-def _param_leaves(args: Sequence[Any], argnums: int | Sequence[int]) -> list[bool]:
-    """[flat inputs] whether each leaf of the flattened arguments belongs to a param argument."""
-    nums = set(_argnums(argnums, len(args), "param_argnums"))
+def _leaves_of_args(
+    args: Sequence[Any], argnums: int | Sequence[int], what: str = "param_argnums"
+) -> list[bool]:
+    """[flat inputs] whether each leaf of the flattened arguments belongs to an argument of
+    `argnums` (checked, `what` naming them)."""
+    nums = set(_argnums(argnums, len(args), what))
     return [i in nums for i, arg in enumerate(args) for _ in jax.tree.leaves(arg)]
 
 

@@ -1,0 +1,137 @@
+"""Kernel times of a compiled program, measured where it runs: under the JAX profiler (host-side).
+
+`kernel_times_us` runs the compiled program a few times under the JAX profiler (Python calls not
+traced) and reads the events XLA's runtime records for every kernel it executes (the `hlo_op`
+and `hlo_module` stats of the profile's events; checked on XLA's CPU runtime: a backend whose
+profile has no such events is refused with an error). An entry op's time is the median over
+the runs of its event's duration: each kernel is timed in its real context (inputs where the
+program leaves them, caches as the program leaves them), which timing it alone cannot give.
+The first runs of a freshly compiled program are slower (up to 7x: its buffers are new), so
+`WARMUP_RUNS` runs go first, unprofiled.
+
+A `while`, `conditional` or `call` is timed by the kernels it runs: the summed durations of its
+inner kernels' events plus `inner_overhead_us` for each of them (the per-kernel overhead that the
+cluster's `delta1` charges between top-level ops). Its own event is not used: it also holds the
+profiler's cost of recording every inner event.
+
+XLA's CPU runtime may run independent kernels of one program at once; each kernel's time is its
+own duration, so on one device the simulator (one kernel at a time) can be slower than the
+program, by as much as the kernels overlapped.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.profiler import ProfileData
+
+from placeto_jax.graphs import hlo
+
+WARMUP_RUNS = 3  # a freshly compiled program's first runs are slower (its buffers are new)
+
+
+def kernel_times_us(
+    compiled: Any,
+    args: Sequence[Any],
+    module: hlo.Module,
+    *,
+    repeats: int,
+    inner_overhead_us: float,
+    donated: Sequence[bool] = (),
+) -> list[float]:
+    """µs of every op of `module`'s entry computation (in `hlo.module_ops`'s order), the median
+    over `repeats` profiled runs of `compiled(*args)` after `WARMUP_RUNS` unprofiled ones.
+    `donated[i]` says whether flat input leaf i is donated: the runs then go as a training loop
+    goes, each output that reuses a donated input's buffer (`module.aliases`) fed back as that
+    input, and a fresh copy for a donated input no output reuses (the caller's arrays are never
+    donated). Raises RuntimeError if a profile is already being taken."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    given, treedef = jax.tree.flatten(args)
+    donated = list(donated) or [False] * len(given)
+    inputs = [jnp.copy(x) if d else x for x, d in zip(given, donated, strict=True)]
+    refilled = set(module.aliases.values())
+
+    def run() -> None:
+        outputs = jax.tree.leaves(jax.block_until_ready(compiled(*treedef.unflatten(inputs))))
+        for position, param in module.aliases.items():
+            inputs[param] = outputs[position]
+        for i, d in enumerate(donated):
+            if d and i not in refilled:
+                inputs[i] = jnp.copy(given[i])
+
+    for _ in range(WARMUP_RUNS):
+        run()
+    runs = _profiled_runs(run, repeats, module.name)
+    if not runs:
+        raise RuntimeError(
+            f"the profile of {module.name} on {jax.default_backend()} records no kernel events: "
+            "its kernels cannot be measured here (use cost_model='roofline')"
+        )
+    times, unseen = entry_times_us(module, list(runs.values()), inner_overhead_us)
+    if unseen:
+        warnings.warn(
+            f"{unseen} kernels of {module.name} did not appear in the profile; they cost 0 µs",
+            stacklevel=2,
+        )
+    return times
+
+
+def entry_times_us(
+    module: hlo.Module, runs: Sequence[Mapping[str, Sequence[float]]], inner_overhead_us: float
+) -> tuple[list[float], int]:
+    """The entry ops' µs from the runs' event durations (kernel name -> µs of each event), the
+    median over the runs (module docstring), and how many ops no run recorded."""
+    times, unseen = [], 0
+    for ins in (i for i in module.computations[module.entry] if i.is_op):
+        inner = sorted(hlo.nested_kernels(module, ins))
+        per_run = []
+        for durations in runs:
+            if inner:
+                events = [d for name in inner for d in durations.get(name, ())]
+                per_run.append(sum(events) + inner_overhead_us * len(events))
+            else:
+                per_run.append(sum(durations.get(ins.name, ())))
+        unseen += not inner and not any(ins.name in durations for durations in runs)
+        times.append(statistics.median(per_run))
+    return times, unseen
+
+
+def _profiled_runs(run: Any, repeats: int, module_name: str) -> dict[int, dict[str, list[float]]]:
+    """run id -> kernel name -> durations (µs) of its events, for `repeats` calls of `run`."""
+    with tempfile.TemporaryDirectory(prefix="placeto_jax_profile_") as folder:
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0  # kernels only: no tracing of Python calls
+        options.enable_hlo_proto = False
+        try:
+            jax.profiler.start_trace(folder, profiler_options=options)
+        except RuntimeError as error:
+            raise RuntimeError(
+                f"cannot profile the program to measure its kernels: {error} "
+                "(stop the other trace, or use cost_model='roofline')"
+            ) from error
+        try:
+            for _ in range(repeats):
+                run()
+        finally:
+            jax.profiler.stop_trace()
+        (path,) = Path(folder).rglob("*.xplane.pb")
+        profile = ProfileData.from_file(str(path))
+    runs: dict[int, dict[str, list[float]]] = collections.defaultdict(
+        lambda: collections.defaultdict(list)
+    )
+    for plane in profile.planes:
+        for line in plane.lines:
+            for event in line.events:
+                stats = dict(event.stats)
+                if stats.get("hlo_module") == module_name and "hlo_op" in stats:
+                    runs[stats.get("run_id", 0)][stats["hlo_op"]].append(event.duration_ns / 1e3)
+    return runs

@@ -1,0 +1,87 @@
+"""Kernel costs measured under the profiler (`from_jax(cost_model="measure")` at the HLO level).
+
+The aggregation of profile events is checked by hand on the hand-written module of
+`test_hlo.py`; the measured graphs are checked against the roofline graph of the same program
+(same ops, edges and sizes) and for an ordering no machine can reverse (a 1,024-cubed matmul
+against an add of 16 numbers).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from placeto_jax.graphs import hlo, profiled
+from placeto_jax.graphs.trace import from_jax
+from test_hlo import MODULE
+
+S, F32 = jax.ShapeDtypeStruct, jnp.float32
+
+
+def test_entry_times_from_events_by_hand():
+    """Entry ops fusion, copy, neg and a 3-trip while loop, whose condition (`lt`) runs 4 times
+    and whose body runs `next` and `e` 3 times each; its own event (`loop`) is not used."""
+    module = hlo.parse_module(MODULE)
+    assert hlo.nested_kernels(module, _entry(module)["loop"]) == {"lt", "next", "e"}
+    inner = {"lt": [0.5] * 4, "next": [1.0] * 3}
+    runs = [
+        {"fusion": [10.0], "copy": [2.0], "neg": [3.0], "loop": [99.0], **inner, "e": [2.0] * 3},
+        {"fusion": [14.0], "copy": [6.0], "neg": [5.0], "loop": [99.0], **inner, "e": [4.0] * 3},
+        {"fusion": [12.0], "copy": [4.0], "loop": [99.0], **inner, "e": [3.0] * 3},
+    ]
+    times, unseen = profiled.entry_times_us(module, runs, inner_overhead_us=2.0)
+    # loop: 4 x 0.5 + 3 x 1 + 3 x e + 2.0 x 10 inner events = 31, 37, 34 µs in the three runs;
+    # neg is missing from the last run (0 µs there): median of 3, 5, 0.
+    assert times == [12.0, 4.0, 3.0, 34.0]
+    assert unseen == 0
+    times, unseen = profiled.entry_times_us(module, [{"fusion": [1.0]}], inner_overhead_us=2.0)
+    assert times == [1.0, 0.0, 0.0, 0.0] and unseen == 2  # copy and neg; the loop ran nothing
+
+
+def _entry(module: hlo.Module) -> dict[str, hlo.Instruction]:
+    return {i.name: i for i in module.computations[module.entry]}
+
+
+def big_and_small(a, b, c):
+    return a @ b, c + 1.0
+
+
+def test_measured_graph_is_the_roofline_graph_with_measured_costs():
+    args = (S((1024, 1024), F32), S((1024, 1024), F32), S((16,), F32))
+    measured = from_jax(big_and_small, *args, cost_model="measure", measure_repeats=3)
+    roofline = from_jax(big_and_small, *args)
+    assert measured.names == roofline.names and measured.n_ops == 2
+    np.testing.assert_array_equal(measured.out_bytes, roofline.out_bytes)
+    np.testing.assert_array_equal(measured.edges, roofline.edges)
+    assert measured.costs_for == (f"measured on {jax.default_backend()}", 1.0)
+    matmul, add = (measured.index(n) for n in ("dot_general", "add"))
+    assert measured.cost[add] > 0
+    assert measured.cost[matmul] > 20 * measured.cost[add]  # 2.1 GFLOP against 16 adds
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")  # g, on purpose
+def test_donated_arguments_run_as_a_training_loop():
+    """`w`'s update reuses its buffer and is fed back as `w`; `g`, donated too, is reused by no
+    output and gets a fresh copy each run; the caller's arrays are never donated."""
+
+    def update(w, g):
+        return w - 0.1 * g
+
+    w, g = jnp.ones((256, 256), F32), jnp.ones((256, 256), F32)
+    _, text, _ = hlo.compile_program(update, (w, g), (0, 1))
+    assert hlo.parse_module(text).aliases == {0: 0}
+    graph = from_jax(update, w, g, cost_model="measure", measure_repeats=3, donate_argnums=(0, 1))
+    assert graph.n_ops == 1 and graph.cost[0] > 0
+    assert not w.is_deleted() and not g.is_deleted()
+    np.testing.assert_array_equal(w, 1.0)
+
+
+def test_a_profile_already_running_is_named(tmp_path):
+    jax.profiler.start_trace(str(tmp_path))
+    try:
+        with pytest.raises(RuntimeError, match="cannot profile the program to measure"):
+            from_jax(jnp.sin, S((3,), F32), cost_model="measure", measure_repeats=1)
+    finally:
+        jax.profiler.stop_trace()
