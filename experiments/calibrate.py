@@ -18,7 +18,7 @@ kernel. The simulated step (one device, `pj.simulate`, that overhead as `delta1`
 with the median wall time of one step of a training loop on the same arrays (parameters,
 optimizer and model state donated and fed back, as a training loop runs it, and as the HLO
 graphs are traced), measured in `--rounds` alternations with the profile (the median of the
-rounds' medians; kernel costs are the median of the rounds'). The op-cost errors compare the
+rounds' medians; kernel costs are the mean of the rounds'). The op-cost errors compare the
 roofline, for the costliest dot and convolution equations of each model, with the op timed alone
 (`graphs.measure`, minus the dispatch time of an empty jitted call), and, for the kernels
 costliest in the profile, with their profiled times.
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             measure = {"cost_model": "measure", "measure_repeats": args.repeats}
             rounds.append(from_jax(step.fn, *args_concrete, **measure, **traced))
         measured = float(np.median(walls))
-        costs = np.median([g.cost for g in rounds], axis=0)
+        costs = np.mean([g.cost for g in rounds], axis=0)
         profiled = dataclasses.replace(rounds[0], cost=costs)
         hlo_graph = from_jax(step.fn, *step.args, **traced)
         jaxpr_graph = from_jax(
