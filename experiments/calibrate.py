@@ -11,22 +11,24 @@ are measured first by micro-benchmarks that know nothing of the models:
 - convolution peaks: a dense and a depthwise 3 x 3 convolution (128 channels, 8 x 32 x 32);
 - per-kernel overhead: a chain of unfusable tiny matmuls in one program, 400 against 200 links
   (the difference over 200), which is the cluster's `delta1` (and the jaxpr level's launch).
-The same HLO graph is also costed by measurement (`cost_model="measure"`: every kernel's median
-duration in profiled runs of the compiled step, `graphs.profiled`), the cost model that suits a
-machine one can run on; its loop ops add the micro-benchmarked per-kernel overhead per inner
-kernel. The simulated step (one device, `pj.simulate`, that overhead as `delta1`) is compared
-with the median wall time of one step of a training loop on the same arrays (parameters,
-optimizer and model state donated and fed back, as a training loop runs it, and as the HLO
-graphs are traced), measured in `--rounds` alternations with the profile (the median of the
-rounds' medians; kernel costs are the mean of the rounds'). The op-cost errors compare the
-roofline, for the costliest dot and convolution equations of each model, with the op timed alone
-(`graphs.measure`, minus the dispatch time of an empty jitted call), and, for the kernels
-costliest in the profile, with their profiled times.
+The same HLO graph is also costed by measurement (as `cost_model="measure"` does: every
+kernel's mean duration over the typical profiled runs of the compiled step, `graphs.profiled`),
+the cost model that suits a machine one can run on; its loop ops add the micro-benchmarked
+per-kernel overhead per inner kernel. The simulated step (one device, `pj.simulate`, that
+overhead as `delta1`) is compared with the median wall time of one step of a training loop on
+the same arrays (parameters, optimizer and model state donated and fed back, as a training loop
+runs it and as the HLO graphs are traced). The wall times and the profile come from one loop,
+timed and profiled in `--rounds` alternations of `--repeats` steps (the median of the rounds'
+medians): timing a second loop of the same program after a profile, or profiling after it,
+made either up to 1.6x slower (zoo:nmt: 13 ms against 8), so separate loops disagree. The
+op-cost errors compare the roofline, for the costliest dot and convolution equations of each
+model, with the op timed alone (`graphs.measure`, minus the dispatch time of an empty jitted
+call), and, for the kernels costliest in the profile, with their profiled times.
 
 `make calibrate` runs it on one core (`taskset -c 0`, and
 `XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`): a device that runs one kernel at a time, as the
-simulator's devices do. On all cores XLA's CPU
-runtime also runs independent kernels at once, which no single-device simulation models.
+simulator's devices do. On all cores XLA's CPU runtime also runs independent kernels at once,
+which no single-device simulation models.
 
 Run: `python experiments/calibrate.py [--repeats 10] [--rounds 3] [--out FILE]` (default
 results/calibration/calibration.json). Prints a table and writes JSON atomically.
@@ -51,7 +53,7 @@ import optax
 
 import placeto_jax as pj
 from placeto_jax.files import atomic_write
-from placeto_jax.graphs import zoo
+from placeto_jax.graphs import hlo, profiled, zoo
 from placeto_jax.graphs.costs import DeviceSpec, op_cost_us
 from placeto_jax.graphs.measure import measure_eqn_us, median_time_us
 from placeto_jax.graphs.trace import from_jax
@@ -141,18 +143,33 @@ def median_us(fn: Callable, *args, repeats: int) -> float:
 CARRIED = (0, 1, 2)  # a training step's params, optimizer state and model state: donated
 
 
-def training_step_us(fn: Callable, args: tuple, repeats: int) -> float:
-    """Median wall time in µs of one step of a training loop: the jitted `fn` with the carried
-    arguments donated and its first outputs fed back as them (after two warm-up steps)."""
-    jitted = jax.jit(fn, donate_argnums=CARRIED)
-    state = list(jax.tree.map(jnp.copy, args))
-    times = []
-    for _ in range(repeats + 2):
-        start = time.perf_counter()
-        outputs = jax.block_until_ready(jitted(*state))
-        times.append((time.perf_counter() - start) * 1e6)
-        state[: len(CARRIED)] = outputs[: len(CARRIED)]
-    return float(np.median(times[2:]))
+MEASURED = (f"measured on {jax.default_backend()}", 1.0)  # what from_jax records for measured costs
+
+
+def loop_and_kernels_us(
+    step: zoo.TrainStep, args: tuple, rounds: int, repeats: int, overhead_us: float
+) -> tuple[list[float], list[float]]:
+    """The median wall time (µs) of one step of a training loop in each round, and every
+    kernel's µs from the profiled steps (`graphs.profiled`, as `cost_model="measure"`), both
+    from one loop: the compiled step with the carried arguments donated and fed back, timed and
+    profiled in alternation (`rounds` x `repeats` steps each), after `WARMUP_RUNS` steps."""
+    compiled, text, _ = hlo.compile_program(step.fn, args, CARRIED)
+    module = hlo.parse_module(text)
+    donated = [i in CARRIED for i, arg in enumerate(args) for _ in jax.tree.leaves(arg)]
+    run = profiled.training_loop(compiled, args, module, donated)
+    for _ in range(profiled.WARMUP_RUNS):
+        run()
+    walls, events = [], []
+    for _ in range(rounds):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - start) * 1e6)
+        walls.append(float(np.median(times)))
+        events += profiled.profiled_runs(run, repeats, module)
+    costs, _ = profiled.entry_times_us(module, events, overhead_us)
+    return walls, costs
 
 
 def last_level_cache_bytes() -> float:
@@ -316,23 +333,20 @@ def main(argv: list[str] | None = None) -> int:
         step = build()
         args_concrete = concrete(step.args, jax.random.key(0))
         traced = {"param_argnums": zoo.PARAM_ARGNUMS, "donate_argnums": CARRIED, "device": spec}
-        walls, rounds = [], []
-        for _ in range(args.rounds):  # interleaved, so that the machine's drift hits both alike
-            walls.append(training_step_us(step.fn, args_concrete, args.repeats))
-            measure = {"cost_model": "measure", "measure_repeats": args.repeats}
-            rounds.append(from_jax(step.fn, *args_concrete, **measure, **traced))
-        measured = float(np.median(walls))
-        costs = np.mean([g.cost for g in rounds], axis=0)
-        profiled = dataclasses.replace(rounds[0], cost=costs)
         hlo_graph = from_jax(step.fn, *step.args, **traced)
+        walls, costs = loop_and_kernels_us(step, args_concrete, args.rounds, args.repeats, overhead)
+        measured = float(np.median(walls))
+        if len(costs) != hlo_graph.n_ops:  # one compiled program for both, so never
+            raise RuntimeError(f"{name}: the profiled program is not the traced one")
+        measured_graph = dataclasses.replace(hlo_graph, cost=np.asarray(costs), costs_for=MEASURED)
         jaxpr_graph = from_jax(
             step.fn, *step.args, param_argnums=zoo.PARAM_ARGNUMS, device=spec, level="jaxpr"
         )
         sim_hlo = simulated_us(hlo_graph, overhead)
         sim_jaxpr = simulated_us(jaxpr_graph, overhead)
-        sim_profiled = simulated_us(profiled, overhead)
+        sim_profiled = simulated_us(measured_graph, overhead)
         errors = op_cost_errors(step, spec, dispatch, args.top)
-        kernel_errors = roofline_errors(hlo_graph, profiled, args.top)
+        kernel_errors = roofline_errors(hlo_graph, measured_graph, args.top)
         row = {
             "model": name,
             "hlo_ops": hlo_graph.n_ops,
@@ -341,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             "measured_us_per_round": walls,
             "simulated_profiled_us": sim_profiled,
             "ratio_profiled": sim_profiled / measured,
-            "profiled_kernels_us": float(np.sum(profiled.cost)),
+            "profiled_kernels_us": float(np.sum(measured_graph.cost)),
             "roofline_kernel_errors": kernel_errors,
             "roofline_kernel_median_abs_error": float(np.median(np.abs(kernel_errors))),
             "simulated_hlo_us": sim_hlo,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +53,30 @@ def kernel_times_us(
     donated: Sequence[bool] = (),
 ) -> list[float]:
     """µs of every op of `module`'s entry computation (in `hlo.module_ops`'s order), from
-    `repeats` profiled runs of `compiled(*args)` after `WARMUP_RUNS` unprofiled ones.
+    `repeats` profiled runs of `compiled` (`training_loop`) after `WARMUP_RUNS` unprofiled
+    ones. Raises RuntimeError if a profile is already being taken."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    run = training_loop(compiled, args, module, donated)
+    for _ in range(WARMUP_RUNS):
+        run()
+    times, unseen = entry_times_us(module, profiled_runs(run, repeats, module), inner_overhead_us)
+    if unseen:
+        warnings.warn(
+            f"{unseen} kernels of {module.name} did not appear in the profile; they cost 0 µs",
+            stacklevel=2,
+        )
+    return times
+
+
+def training_loop(
+    compiled: Any, args: Sequence[Any], module: hlo.Module, donated: Sequence[bool] = ()
+) -> Callable[[], None]:
+    """A function running `compiled` once on the loop's inputs, first `args`, and waiting for it.
     `donated[i]` says whether flat input leaf i is donated: the runs then go as a training loop
     goes, each output that reuses a donated input's buffer (`module.aliases`) fed back as that
     input, and a fresh copy for a donated input no output reuses (the caller's arrays are never
-    donated). Raises RuntimeError if a profile is already being taken."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    donated)."""
     given, treedef = jax.tree.flatten(args)
     donated = list(donated) or [False] * len(given)
     inputs = [jnp.copy(x) if d else x for x, d in zip(given, donated, strict=True)]
@@ -73,21 +90,7 @@ def kernel_times_us(
             if d and i not in refilled:
                 inputs[i] = jnp.copy(given[i])
 
-    for _ in range(WARMUP_RUNS):
-        run()
-    runs = _profiled_runs(run, repeats, module.name)
-    if not runs:
-        raise RuntimeError(
-            f"the profile of {module.name} on {jax.default_backend()} records no kernel events: "
-            "its kernels cannot be measured here (use cost_model='roofline')"
-        )
-    times, unseen = entry_times_us(module, list(runs.values()), inner_overhead_us)
-    if unseen:
-        warnings.warn(
-            f"{unseen} kernels of {module.name} did not appear in the profile; they cost 0 µs",
-            stacklevel=2,
-        )
-    return times
+    return run
 
 
 def entry_times_us(
@@ -115,8 +118,12 @@ def entry_times_us(
     return [float(t) for t in times[:, typical].mean(axis=1)], unseen
 
 
-def _profiled_runs(run: Any, repeats: int, module_name: str) -> dict[int, dict[str, list[float]]]:
-    """run id -> kernel name -> durations (µs) of its events, for `repeats` calls of `run`."""
+def profiled_runs(
+    run: Callable[[], None], repeats: int, module: hlo.Module
+) -> list[dict[str, list[float]]]:
+    """For each of `repeats` calls of `run` under the profiler: kernel name -> durations (µs)
+    of the events `module`'s kernels recorded. Raises RuntimeError if a profile is already
+    being taken, or if the profile records no kernel events (a backend that does not)."""
     with tempfile.TemporaryDirectory(prefix="placeto_jax_profile_") as folder:
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # kernels only: no tracing of Python calls
@@ -142,6 +149,11 @@ def _profiled_runs(run: Any, repeats: int, module_name: str) -> dict[int, dict[s
         for line in plane.lines:
             for event in line.events:
                 stats = dict(event.stats)
-                if stats.get("hlo_module") == module_name and "hlo_op" in stats:
+                if stats.get("hlo_module") == module.name and "hlo_op" in stats:
                     runs[stats.get("run_id", 0)][stats["hlo_op"]].append(event.duration_ns / 1e3)
-    return runs
+    if not runs:
+        raise RuntimeError(
+            f"the profile of {module.name} on {jax.default_backend()} records no kernel events: "
+            "its kernels cannot be measured here (use cost_model='roofline')"
+        )
+    return list(runs.values())
