@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 PAPER = ("table1", "generalization", "ablations", "benchmarks")  # what `all` runs
-EXPERIMENTS = (*PAPER, "improve")
+EXPERIMENTS = (*PAPER, "improve", "efficiency")
 DESCRIPTIONS = """experiments:
   table1          placement quality and training cost on zoo:inception_v3, zoo:nmt, zoo:nasnet
   generalization  family policies placing unseen test graphs (zero-shot, from scratch, fine-tuned)
@@ -16,7 +16,9 @@ DESCRIPTIONS = """experiments:
   benchmarks      every method on the benchmark folder's layer and operator graphs (--data DIR)
   improve         Placeto improving the best fast heuristic's placement (family test graphs;
                   with --data DIR, the benchmark files too)
-  all             the paper's four (all but improve), in that order
+  efficiency      evaluations the RNN placer and Placeto need to reach the better final value
+                  (zoo and family graphs; with --data DIR, benchmark layer graphs too)
+  all             the paper's four tables (not improve or efficiency), in that order
 """
 
 
@@ -53,7 +55,8 @@ def add_reproduce_command(commands) -> None:
     parser.add_argument(
         "--data",
         metavar="DIR",
-        help="benchmark graph folder (msr-fiddle format), for `benchmarks`, `improve` and `all`",
+        help="benchmark graph folder (msr-fiddle format), for `benchmarks`, `improve`, "
+        "`efficiency` and `all`",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(command=_reproduce)
@@ -61,11 +64,11 @@ def add_reproduce_command(commands) -> None:
 
 def _reproduce(args: argparse.Namespace) -> int:
     chosen = PAPER if args.experiment == "all" else (args.experiment,)
+    if args.data is not None and not Path(args.data).is_dir():
+        raise ValueError(f"--data {args.data!r} is not a folder")
     if "benchmarks" in chosen:
         if args.data is None:
             raise ValueError(f"reproduce {args.experiment} needs --data DIR (the benchmark folder)")
-        if not Path(args.data).is_dir():
-            raise ValueError(f"--data {args.data!r} is not a folder")
         from placeto_jax.reproduce.benchmarks import PRESETS, benchmark_cases
 
         settings = PRESETS[args.preset]
@@ -91,6 +94,10 @@ def _run(name: str, out: str, preset: str, data: str | None, progress: bool) -> 
         from placeto_jax.reproduce.ablations import run_ablations
 
         return run_ablations(out, preset == "quick", progress)
+    if name == "efficiency":
+        from placeto_jax.reproduce.efficiency import run_efficiency
+
+        return run_efficiency(out, preset, progress, data)
     if name == "improve":
         from placeto_jax.reproduce.improve import run_improve
 

@@ -1,0 +1,333 @@
+"""Sample efficiency (issue 20 item 4, the paper's "up to 6.1x fewer training steps"): the RNN
+placer and Placeto (the paper's configuration) trained on the same graph, cluster and budget of
+simulator evaluations; on the graphs where the RNN placer learns (its final value more than 5%
+below its first), the evaluations each needs to reach the better of the two final values.
+
+Both methods are charged every simulator call they make: the RNN placer one per sampled
+placement; Placeto one per step of each training episode (its per-step reward) plus, for each
+greedy evaluation that gives its curve a point, that episode's steps and as many exact
+simulations again (an upper bound on the distinct placements it ranks on the op graph).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import Config, apply, make_config, to_dict
+from placeto_jax.env.bank import prepare
+from placeto_jax.graphs.benchmark import load_benchmark
+from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.registry import resolve_graph
+from placeto_jax.placers import run_method
+from placeto_jax.plotting import draw_learning_curves
+from placeto_jax.reproduce import learned
+from placeto_jax.reproduce.output import Recorder, write_text
+from placeto_jax.reproduce.placeto import PlacetoBench
+
+MS = 1e3  # µs
+TOLERANCE = 0.05  # "within 5%" of the target
+DATA = "data:"  # a graph spec prefix: a benchmark file under --data
+METHODS = ("rnn", "placeto (paper)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What one preset runs."""
+
+    graphs: tuple[str, ...]  # graph specs; `data:PATH` is a benchmark file under --data
+    budget: int  # simulator evaluations of each method on each graph
+    placeto: tuple[str, ...]  # overrides of the tiny preset (iterations follow from the budget)
+    devices: int = 4
+    cluster: str = "placeto-k80"
+    min_gain: float = 0.05  # a graph qualifies when the RNN placer's final value is this far
+    # below its first
+    seed: int = 0
+
+
+LAYERS = "data:throughput-inputs/LayerGraphs/"
+PRESETS = {
+    "quick": Settings(
+        graphs=(
+            # family:nmt/0 and family:ptb/0 (thousands of ops) left out: the RNN placer alone
+            # took over 6 minutes on family:nmt/0 at this budget on one core
+            "zoo:nasnet",
+            "zoo:nmt",
+            "family:cifar10/0",
+            f"{LAYERS}gnmt_inference.json",
+            f"{LAYERS}resnet50_inference.json",
+            f"{LAYERS}inceptionv3_inference.json",
+        ),
+        budget=4096,
+        placeto=("train.episodes=8", "run.group_target=24", "run.eval_every=1"),
+    ),
+    "full": Settings(
+        graphs=(
+            "zoo:inception_v3",
+            "zoo:nasnet",
+            "zoo:nmt",
+            "family:nmt/0",
+            "family:ptb/0",
+            "family:cifar10/0",
+            f"{LAYERS}gnmt_inference.json",
+            f"{LAYERS}resnet50_inference.json",
+            f"{LAYERS}inceptionv3_inference.json",
+            f"{LAYERS}bert24_inference.json",
+        ),
+        budget=65536,
+        placeto=("train.episodes=32", "run.group_target=64", "run.eval_every=2"),
+    ),
+}
+
+
+# ---------------------------------------------------------------------- counting
+def evaluations_to_reach(evaluations, makespan, value: float) -> int | None:
+    """Evaluations at the first point of a curve at or below `value` (None: never reached).
+    The curve need not be monotone: the first point at or below `value` is where its running
+    minimum gets there too."""
+    evaluations, makespan = np.asarray(evaluations), np.asarray(makespan, np.float64)
+    if evaluations.ndim != 1 or evaluations.shape != makespan.shape or not evaluations.size:
+        raise ValueError("a curve needs equally long, non-empty 1-D evaluations and makespans")
+    if np.any(np.diff(evaluations) < 0):
+        raise ValueError("a curve's evaluations must not decrease")
+    reached = np.flatnonzero(makespan <= value)
+    return int(evaluations[reached[0]]) if reached.size else None
+
+
+def placeto_cost(updates: int, episodes: int, steps: int, eval_every: int) -> int:
+    """Simulator evaluations charged to `updates` Placeto updates of `episodes` episodes of
+    `steps` steps, greedy-evaluated first and every `eval_every` updates (and at the end)."""
+    points = 1 + -(-updates // eval_every)
+    return updates * episodes * steps + points * 2 * steps
+
+
+def placeto_iterations(budget: int, config: Config, groups: int) -> int:
+    """The most Placeto updates whose charged evaluations fit in `budget` on a graph of
+    `groups` nodes."""
+    steps = config.env.passes * groups + 1
+
+    def cost(updates: int) -> int:
+        return placeto_cost(updates, config.train.episodes, steps, config.run.eval_every)
+
+    if cost(1) > budget:
+        raise ValueError(f"a budget of {budget} evaluations is less than one Placeto update "
+                         f"({cost(1)})")  # fmt: skip
+    updates = 1
+    while cost(updates + 1) <= budget:
+        updates += 1
+    return updates
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One method's learning curve on one graph, in both units."""
+
+    evaluations: np.ndarray  # [K] simulator evaluations charged so far
+    placements: np.ndarray  # [K] complete placements sampled or greedily evaluated so far
+    makespan: np.ndarray  # [K] µs best penalised makespan so far
+    wall_s: float  # s of training, compilation included
+
+
+# ---------------------------------------------------------------------- the experiment
+def run_efficiency(
+    root: str | Path,
+    preset: str = "quick",
+    progress: bool = True,
+    data: str | None = None,
+    settings: Settings | None = None,
+) -> Path:
+    """Both methods on every graph of the preset; write results/efficiency/."""
+    settings = settings or PRESETS[preset]
+    graphs, skipped = load_graphs(settings.graphs, data)  # every graph read before any work
+    cluster = Cluster.preset(settings.cluster, settings.devices)
+    config = make_config("tiny", list(settings.placeto), n_devices=settings.devices)
+    prepared = [prepare(s, g, config.run.group_target, cluster.delta1) for s, g in graphs.items()]
+    config = placeto_config(config, settings, max(pg.graph.n_ops for pg in prepared))
+    recorder = Recorder(root, "efficiency", preset)
+    bench = PlacetoBench(config, prepared, cluster)
+    key = jax.random.key(settings.seed)
+    runs, single = {}, {}
+    for i, (spec, graph) in enumerate(
+        tqdm(graphs.items(), desc="efficiency", disable=not progress)
+    ):
+        single[spec] = run_method("single", graph, cluster, key).makespan
+        runs[spec] = {"rnn": _rnn(graph, cluster, key, settings.budget)}
+        runs[spec][METHODS[1]] = _placeto(bench, i, key)
+    candidates = [_candidate(s, graphs[s], bench, runs[s], settings) for s in graphs]
+    candidates += [{"graph": s, "qualified": False, "why": why} for s, why in skipped.items()]
+    qualified = [c["graph"] for c in candidates if c["qualified"]]
+    rows = {
+        u: [reach_row(s, runs[s], single[s], u) for s in qualified]
+        for u in ("evaluations", "placements")
+    }
+    _write(recorder, candidates, rows, runs, single, settings)
+    header = {"data": data, **dataclasses.asdict(settings), "placeto_config": to_dict(config)}
+    return recorder.finish(header, [settings.seed], NOTES)
+
+
+def load_graphs(specs: tuple[str, ...], data: str | None) -> tuple[dict[str, Graph], dict]:
+    """({spec: graph} of the specs that can run, {spec: why not} of the `data:` ones without
+    --data); ValueError for an unknown graph or a missing benchmark file."""
+    graphs, skipped = {}, {}
+    for spec in specs:
+        if not spec.startswith(DATA):
+            graphs[spec] = resolve_graph(spec)
+        elif data is None:
+            skipped[spec] = "not run: needs --data DIR (the benchmark folder)"
+        else:
+            path = Path(data) / spec.removeprefix(DATA)
+            if not path.is_file():
+                raise ValueError(f"graph {spec!r}: no benchmark file {str(path)!r}")
+            graphs[spec] = load_benchmark(path).graph
+    if not graphs:
+        raise ValueError("no graph to run (the benchmark graphs need --data DIR)")
+    return graphs, skipped
+
+
+def placeto_config(config: Config, settings: Settings, groups: int) -> Config:
+    """`config` trained as long as the budget allows on a graph of `groups` nodes (the most
+    groups of any graph: the others spend less)."""
+    config = apply(
+        config, {"train.iterations": placeto_iterations(settings.budget, config, groups)}
+    )
+    return dataclasses.replace(config, cluster_preset=settings.cluster, seed=settings.seed)
+
+
+def _rnn(graph: Graph, cluster: Cluster, key: jax.Array, budget: int) -> Run:
+    _, curve = learned.train("rnn", graph, cluster, key, budget)
+    return Run(curve.evaluations, curve.evaluations, curve.makespan, float(curve.wall_s[-1]))
+
+
+def _placeto(bench: PlacetoBench, i: int, key: jax.Array) -> Run:
+    """Placeto trained on graph `i`, its curve charged as the module docstring says."""
+    curve = bench.fit(i, key).curve
+    steps = bench.config.env.passes * bench.graphs[i].graph.n_ops + 1
+    greedy = np.arange(1, len(curve.evaluations) + 1)  # greedy episodes run up to each point
+    return Run(
+        curve.evaluations + greedy * 2 * steps,
+        curve.evaluations // steps + greedy,
+        curve.makespan,
+        float(curve.wall_s[-1]),
+    )
+
+
+def _candidate(spec: str, graph: Graph, bench: PlacetoBench, runs: dict, s: Settings) -> dict:
+    """A graph's screening row: does the RNN placer learn on it?"""
+    rnn = runs["rnn"].makespan
+    gain = 1 - rnn[-1] / rnn[0]
+    qualified = bool(gain > s.min_gain)
+    why = "" if qualified else f"RNN placer's gain {gain:.1%} is not above {s.min_gain:.0%}"
+    return {
+        "graph": spec,
+        "ops": graph.n_ops,
+        "placeto groups": bench.graphs[bench.index(spec)].graph.n_ops,
+        "rnn first ms": rnn[0] / MS,
+        "rnn final ms": rnn[-1] / MS,
+        "rnn gain": float(gain),
+        "placeto first ms": runs[METHODS[1]].makespan[0] / MS,
+        "placeto final ms": runs[METHODS[1]].makespan[-1] / MS,
+        "rnn wall s": runs["rnn"].wall_s,
+        "placeto wall s": runs[METHODS[1]].wall_s,
+        "qualified": qualified,
+        "why": why,
+    }
+
+
+def reach_row(spec: str, runs: dict[str, Run], single: float, unit: str) -> dict:
+    """Target (the better final value; `single`: the single-device makespan), each method's
+    `unit` count to within 5% of it and to it, and the RNN / Placeto ratios (a bound where one
+    method never got there)."""
+    target = min(float(r.makespan[-1]) for r in runs.values())
+    row = {"graph": spec, "target ms": target / MS, "target / single": target / single}
+    row["target from"] = next(m for m, r in runs.items() if r.makespan[-1] == target)
+    for goal, factor in (("5%", 1 + TOLERANCE), ("target", 1.0)):
+        counts = {}
+        for m, r in runs.items():
+            counts[m] = evaluations_to_reach(getattr(r, unit), r.makespan, target * factor)
+            row[f"{m} to {goal}"] = counts[m]
+        totals = {m: int(getattr(r, unit)[-1]) for m, r in runs.items()}
+        row[f"ratio to {goal}"], row[f"bound to {goal}"] = ratio(counts, totals)
+    return row
+
+
+def ratio(counts: dict[str, int | None], totals: dict[str, int]) -> tuple[float | None, str]:
+    """(RNN / Placeto count, "=") where both reached; a bound from the total of the one that did
+    not (">" or "<"); (None, "neither") where neither did."""
+    rnn, placeto = (counts[m] for m in METHODS)
+    if rnn is not None and placeto is not None:
+        return rnn / max(placeto, 1), "="
+    if placeto is not None:
+        return totals[METHODS[0]] / max(placeto, 1), ">"
+    if rnn is not None:
+        return rnn / totals[METHODS[1]], "<"
+    return None, "neither"
+
+
+def _write(recorder, candidates, rows, runs, single, settings: Settings) -> None:
+    recorder.table(
+        "candidates",
+        f"Candidate graphs: does the RNN placer improve by more than {settings.min_gain:.0%}?",
+        candidates,
+        note=f"{settings.budget} simulator evaluations per method, {settings.devices} "
+        f"{settings.cluster} devices. `rnn first`: its first batch's best placement; `placeto "
+        "first`: the greedy placement of its initial policy. Penalised makespans.",
+    )
+    recorder.table(
+        "efficiency",
+        "Simulator evaluations to reach the target (the better final value) and within 5% of it",
+        rows["evaluations"],
+        note="Empty: never reached within the budget. `ratio`: RNN placer / Placeto (the "
+        "paper's up to 6.1x); `bound` `>`: the RNN placer never got there, so the ratio is "
+        "above its whole budget over Placeto's count; `<`: Placeto never got there.",
+    )
+    recorder.table(
+        "efficiency_placements",
+        "The same in complete placements (Placeto: episodes, not steps)",
+        rows["placements"],
+        note="A Placeto episode evaluates one intermediate placement per step; counted here "
+        "as one complete placement, as the RNN placer's sampled placements are.",
+    )
+    curves = {s: {m: jax.tree.map(_listed, dataclasses.asdict(r)) for m, r in v.items()}
+              for s, v in runs.items()}  # fmt: skip
+    write_text(recorder.directory / "curves.json", json.dumps(curves))
+    for row in rows["evaluations"]:
+        spec = row["graph"]
+        recorder.figure(
+            "curve_"
+            + spec.removeprefix(DATA).removesuffix(".json").replace(":", "_").replace("/", "_"),
+            f"Best makespan against evaluations: {spec}",
+            lambda fig, s=spec, t=row["target ms"]: draw(fig, s, runs[s], t, single[s] / MS),
+        )
+
+
+def _listed(x) -> list | float:
+    return np.asarray(x).tolist()
+
+
+def draw(figure, spec: str, runs: dict[str, Run], target_ms: float, single_ms: float) -> None:
+    """Both learning curves, the target, target x 1.05 and the single-device makespan."""
+    draw_learning_curves(figure, {m: (r.evaluations, r.makespan) for m, r in runs.items()}, spec)
+    axes = figure.axes[0]
+    axes.axhline(target_ms, color="black", linewidth=0.8, label="target")
+    axes.axhline(target_ms * (1 + TOLERANCE), color="black", linestyle="--", linewidth=0.8,
+                 label="target x 1.05")  # fmt: skip
+    axes.axhline(single_ms, color="grey", linestyle=":", linewidth=0.8, label="single device")
+    axes.legend(fontsize="small")
+
+
+NOTES = """
+Sample efficiency (docs/agent.md, "Sample efficiency"). Both methods train on the same graph
+(Placeto coarsened to `run.group_target` groups and scored exactly on the graph itself), cluster
+and budget of simulator evaluations. The RNN placer is charged one evaluation per sampled
+placement of the whole graph; Placeto one per step of each training episode (its per-step
+reward simulates the coarsened graph), plus 2 x (steps of an episode) for each greedy
+evaluation that gives its curve a point. `efficiency_placements` counts complete placements
+instead. A graph qualifies when the RNN placer's final value is more than 5% below its first;
+the target is the smaller of the two final best makespans.
+"""
