@@ -21,7 +21,10 @@ profiler's cost of recording every inner event.
 
 XLA's CPU runtime may run independent kernels of one program at once; each kernel's time is its
 own duration, so on one device the simulator (one kernel at a time) can be slower than the
-program, by as much as the kernels overlapped.
+program, by as much as the kernels overlapped. Each recorded duration also holds some of the
+profiler's own cost, which the costs keep: on one CPU core, a chain of 800 tiny kernels takes
+0.05 µs per kernel unprofiled and records 0.55 µs per event; programs of many small kernels
+(the RNN models of `experiments/calibrate.py`) are priced up to 1.5x their step.
 """
 
 from __future__ import annotations
