@@ -158,7 +158,7 @@ def run_efficiency(
     ):
         single[spec] = run_method("single", graph, cluster, key).makespan
         runs[spec] = {"rnn": _rnn(graph, cluster, key, settings.budget)}
-        runs[spec][METHODS[1]] = _placeto(bench, i, key)
+        runs[spec][METHODS[1]] = _placeto(bench, i, key, settings.budget)
     candidates = [_candidate(s, graphs[s], bench, runs[s], settings) for s in graphs]
     candidates += [{"graph": s, "qualified": False, "why": why} for s, why in skipped.items()]
     qualified = [c["graph"] for c in candidates if c["qualified"]]
@@ -192,7 +192,7 @@ def load_graphs(specs: tuple[str, ...], data: str | None) -> tuple[dict[str, Gra
 
 def placeto_config(config: Config, settings: Settings, groups: int) -> Config:
     """`config` trained as long as the budget allows on a graph of `groups` nodes (the most
-    groups of any graph: the others spend less)."""
+    groups of any graph; each graph then trains as long as the budget allows on it)."""
     config = apply(
         config, {"train.iterations": placeto_iterations(settings.budget, config, groups)}
     )
@@ -204,10 +204,13 @@ def _rnn(graph: Graph, cluster: Cluster, key: jax.Array, budget: int) -> Run:
     return Run(curve.evaluations, curve.evaluations, curve.makespan, float(curve.wall_s[-1]))
 
 
-def _placeto(bench: PlacetoBench, i: int, key: jax.Array) -> Run:
-    """Placeto trained on graph `i`, its curve charged as the module docstring says."""
-    curve = bench.fit(i, key).curve
-    steps = bench.config.env.passes * bench.graphs[i].graph.n_ops + 1
+def _placeto(bench: PlacetoBench, i: int, key: jax.Array, budget: int) -> Run:
+    """Placeto trained on graph `i` for as many updates as `budget` allows there, its curve
+    charged as the module docstring says."""
+    groups = bench.graphs[i].graph.n_ops
+    updates = placeto_iterations(budget, bench.config, groups)
+    curve = bench.fit(i, key, iterations=updates).curve
+    steps = bench.config.env.passes * groups + 1
     greedy = np.arange(1, len(curve.evaluations) + 1)  # greedy episodes run up to each point
     return Run(
         curve.evaluations + greedy * 2 * steps,

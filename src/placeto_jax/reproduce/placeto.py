@@ -91,13 +91,14 @@ class PlacetoBench:
         eval_every: int | None = None,
         init_params: Any = None,
         init_placement: Placement | None = None,
+        iterations: int | None = None,
     ) -> Fit:
-        """Train on graph `i` for `config.train.iterations` updates from fresh parameters (or
-        `init_params`, with a fresh optimizer: fine-tuning, where `init_placement` can give
-        their greedy placement if already known); evaluate greedily every `eval_every` updates
-        (default `config.run.eval_every`)."""
+        """Train on graph `i` for `iterations` updates (default `config.train.iterations`) from
+        fresh parameters (or `init_params`, with a fresh optimizer: fine-tuning, where
+        `init_placement` can give their greedy placement if already known); evaluate greedily
+        every `eval_every` updates (default `config.run.eval_every`)."""
         eval_every = eval_every or self.config.run.eval_every
-        total = self.config.train.iterations
+        total = iterations or self.config.train.iterations
         env_params = self.graph_env_params(i)
         n = self.graphs[i].graph.n_ops
         per_update = self.config.train.episodes * (self.config.env.passes * n + 1)
