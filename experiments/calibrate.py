@@ -41,7 +41,6 @@ import dataclasses
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,12 +160,7 @@ def loop_and_kernels_us(
         run()
     walls, events = [], []
     for _ in range(rounds):
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            run()
-            times.append((time.perf_counter() - start) * 1e6)
-        walls.append(float(np.median(times)))
+        walls.append(median_time_us(run, (), repeats=repeats, warmup=0))
         events += profiled.profiled_runs(run, repeats, module)
     costs, _ = profiled.entry_times_us(module, events, overhead_us)
     return walls, costs

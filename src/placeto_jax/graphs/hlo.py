@@ -319,14 +319,10 @@ class _Costing:
         """µs of one op (loops and branches with their inner kernels' launches)."""
         if ins.opcode == "while":
             trips = re.search(r'"known_trip_count":\{"n":"?(\d+)', ins.attributes)
-            bodies = _called(ins.attributes, "body") + _called(ins.attributes, "condition")
+            bodies = _control_bodies(ins)  # body and condition
             return (int(trips.group(1)) if trips else 1) * sum(self.body_us(b) for b in bodies)
         if ins.opcode == "conditional":
-            branches = _called(ins.attributes, "branch_computations") or [
-                *_called(ins.attributes, "true_computation"),
-                *_called(ins.attributes, "false_computation"),
-            ]
-            return max(self.body_us(b) for b in branches)
+            return max(self.body_us(b) for b in _control_bodies(ins))  # the branches
         flops, dense, grouped = self.flop_parts(computation, ins)
         return kernel_us(flops, self.bytes_moved(computation, ins), self.spec, dense, grouped)
 
@@ -389,11 +385,16 @@ def module_ops(module: Module, spec: DeviceSpec) -> HloOps:
     return ops
 
 
+def _control_bodies(ins: Instruction) -> list[str]:
+    """The computations a `while` (body, condition) or `conditional` (branches) runs."""
+    keys = ("body", "condition", "branch_computations", "true_computation", "false_computation")
+    return [c for key in keys for c in _called(ins.attributes, key)]
+
+
 def nested_kernels(module: Module, ins: Instruction) -> frozenset[str]:
     """The kernels a `while`, `conditional` or `call` runs inside it (its bodies, conditions and
     branches, recursively; not a fusion's fused instructions, which are one kernel)."""
-    keys = ("body", "condition", "branch_computations", "true_computation", "false_computation")
-    called = [c for key in keys for c in _called(ins.attributes, key)]
+    called = _control_bodies(ins)
     if ins.opcode == "call":
         called += _called(ins.attributes, "to_apply")
     found: set[str] = set()

@@ -22,8 +22,9 @@ be `jax.ShapeDtypeStruct`s, at either level) and makes one op per primitive equa
 Costs are µs on `device` (`placeto_jax.graphs.costs`). A loop op's cost includes every launch
 overhead of its body. With `cost_model="measure"`, each op is instead timed on the current JAX
 backend. At the HLO level the compiled program runs a few times under the JAX profiler and each
-kernel costs the median of its recorded durations (`placeto_jax.graphs.profiled`; a loop or
-branch its inner kernels' durations plus `device`'s launch time for each). At the jaxpr level
+kernel costs the mean of its recorded durations over the typical runs
+(`placeto_jax.graphs.profiled`; a loop or branch its inner kernels' durations plus `device`'s
+launch time for each). At the jaxpr level
 each op runs alone (`placeto_jax.graphs.measure`): loop and branch ops are run as a whole,
 unrolled scan bodies op by op; an op that cannot run on its own falls back to the roofline with
 a warning.
