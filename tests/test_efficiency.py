@@ -7,9 +7,11 @@ import json
 
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
 
 from placeto_jax.cli import main
 from placeto_jax.config import make_config
+from placeto_jax.placers import PlacerResult
 from placeto_jax.reproduce import efficiency
 from placeto_jax.reproduce.efficiency import (
     Run,
@@ -79,12 +81,12 @@ def test_unknown_graphs_fail_before_any_work(tmp_path):
 
 def test_reach_row_by_hand():
     rnn, placeto = efficiency.METHODS
+    fits = np.ones(3, bool)
+    rnn_best, placeto_best = np.array([30.0, 12.0, 10.0]), np.array([11.0, 9.0, 9.0])
     runs = {
-        rnn: Run(
-            np.array([64, 128, 192]), np.array([64, 128, 192]), np.array([30.0, 12.0, 10.0]), 1.0
-        ),
+        rnn: Run(np.array([64, 128, 192]), np.array([64, 128, 192]), rnn_best, rnn_best, fits, 1.0),
         placeto: Run(
-            np.array([50, 250, 450]), np.array([1, 9, 17]), np.array([11.0, 9.0, 9.0]), 1.0
+            np.array([50, 250, 450]), np.array([1, 9, 17]), placeto_best, placeto_best, fits, 1.0
         ),
     }
     row = efficiency.reach_row("g", runs, 18_000.0, "evaluations")
@@ -96,6 +98,25 @@ def test_reach_row_by_hand():
     assert (row[f"{rnn} to target"], row[f"{placeto} to target"]) == (None, 250)
     row = efficiency.reach_row("g", runs, 18_000.0, "placements")
     assert (row[f"{placeto} to target"], row["ratio to target"]) == (9, 192 / 9)
+
+
+def test_the_figure_draws_raw_makespans_and_the_target_of_the_method_it_came_from():
+    rnn, placeto = efficiency.METHODS
+    evaluations = np.array([64, 128])
+    runs = {  # the RNN placer's first best overflows memory (penalised by 1e9 µs)
+        rnn: Run(evaluations, evaluations, np.array([1e9, 4e3]), np.array([5e3, 4e3]),
+                 np.array([False, True]), 1.0),
+        placeto: Run(evaluations, evaluations, np.array([4.5e3, 4.2e3]), np.array([4.5e3, 4.2e3]),
+                     np.array([True, True]), 1.0),
+    }  # fmt: skip
+    single = PlacerResult("single", np.zeros(3, np.int64), 6e3, np.zeros(2), False, 0, 0.0)
+    figure = Figure()
+    efficiency.draw(figure, "g", runs, rnn, single)
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    assert lines[rnn].get_ydata().tolist() == [5.0, 4.0]  # ms, without the penalty
+    assert lines["_overflow"].get_ydata().tolist() == [5.0]
+    assert list(lines["target 4 ms"].get_ydata()) == [4.0, 4.0]
+    assert "target x 1.05 4.2 ms" in lines and "single device 6 ms (does not fit)" in lines
 
 
 @pytest.mark.slow  # about 40 s (two compiles)

@@ -62,7 +62,8 @@ def method(request):
 def _makespan(graph: Graph, placement: np.ndarray) -> float:
     """µs, simulated in a batch of the training's size (one simulator compile for the file);
     nothing here overflows memory, so the penalised score is the makespan."""
-    return float(score_batch(graph, CLUSTER, np.repeat(placement[None], BATCH, axis=0))[0])
+    penalised, _, _ = score_batch(graph, CLUSTER, np.repeat(placement[None], BATCH, axis=0))
+    return float(penalised[0])
 
 
 def test_registered():
@@ -82,6 +83,9 @@ def test_budget_and_curve(method):
     assert np.all(np.diff(curve.best) <= 0)
     assert curve.best[-1] == pytest.approx(_makespan(TWO_CHAINS, solution.placement))
     assert curve.evaluations_to_within(0.05) <= 40
+    # nothing here overflows memory: the raw makespans are the penalised ones
+    np.testing.assert_array_equal(curve.raw, curve.best)
+    assert curve.fits.dtype == bool and curve.fits.all()
 
 
 def test_valid_and_colocated(method):

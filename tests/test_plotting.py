@@ -101,20 +101,43 @@ def test_layer_positions_of_the_diamond():
     assert xy.tolist() == [[0.0, 0.0], [1.0, -0.5], [1.0, 0.5], [2.0, 0.0]]
 
 
-def test_learning_curves_step_in_ms_from_one_evaluation():
+def test_learning_curves_draw_raw_makespans_mark_overflows_and_every_other_method():
     figure = Figure()
+    fits = np.array([False, False, True])  # rnn's best so far fits from its third point on
     curves = {
-        "rnn": (np.array([0, 10]), np.array([3000.0, 2000.0])),
-        "placeto": (np.array([5]), np.array([1500.0])),
+        "rnn": (np.array([0, 10, 20]), np.array([3000.0, 2500.0, 2000.0]), fits),
+        "placeto": (np.array([5]), np.array([1500.0]), np.array([True])),
     }
-    draw_learning_curves(figure, curves, "g, 2 devices")
+    draw_learning_curves(figure, curves, "g, 2 devices", (4000.0, False), {"heft": (1800.0, True)})
     (axes,) = figure.axes
     lines = {line.get_label(): line for line in axes.get_lines()}
-    assert lines["rnn"].get_xdata().tolist() == [1, 10]  # 0 evaluations drawn at 1 (log axis)
-    assert lines["rnn"].get_ydata().tolist() == [3.0, 2.0]
+    assert lines["rnn"].get_xdata().tolist() == [1, 10, 20]  # 0 evaluations drawn at 1 (log)
+    assert lines["rnn"].get_ydata().tolist() == [3.0, 2.5, 2.0]
     assert lines["rnn"].get_drawstyle() == "steps-post"
     assert lines["placeto"].get_ydata().tolist() == [1.5]
+    overflow = lines["_overflow"]  # hollow markers at rnn's first two points only
+    assert (overflow.get_xdata().tolist(), overflow.get_ydata().tolist()) == ([1, 10], [3.0, 2.5])
+    assert (overflow.get_marker(), overflow.get_markerfacecolor()) == ("o", "none")
+    assert overflow.get_color() == lines["rnn"].get_color()
+    single, heft = lines["single device 4 ms (does not fit)"], lines["heft 1.8 ms"]
+    assert (list(single.get_ydata()), single.get_linestyle()) == ([4.0, 4.0], ":")
+    assert (list(heft.get_ydata()), heft.get_linestyle()) == ([1.8, 1.8], "--")
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == [
+        "rnn",
+        "placeto",
+        "single device 4 ms (does not fit)",
+        "heft 1.8 ms",
+        "best so far does not fit",
+    ]
     assert (axes.get_xscale(), axes.get_title()) == ("log", "g, 2 devices")
+
+
+def test_learning_curves_that_fit_have_no_overflow_markers():
+    figure = Figure()
+    curves = {"placeto": (np.array([5]), np.array([1500.0]), np.array([True]))}
+    draw_learning_curves(figure, curves, "g", (2000.0, True), {})
+    (axes,) = figure.axes
+    assert [line.get_label() for line in axes.get_lines()] == ["placeto", "single device 2 ms"]
 
 
 def test_relative_cdf_one_panel_per_family():
@@ -130,4 +153,4 @@ def test_relative_cdf_one_panel_per_family():
     assert lines["placeto"].get_ydata().tolist() == [0.0, 0.5, 1.0]
     assert lines["heft"].get_xdata().tolist() == [1.0, 1.0, 1.5]
     assert len(nmt.get_lines()) == 1  # no rows: only the line at 1.0
-    assert (ptb.get_title(), nmt.get_title()) == ("ptb", "nmt")
+    assert (ptb.get_title(), nmt.get_title()) == ("ptb: 2 test graphs", "nmt: 0 test graphs")

@@ -11,11 +11,13 @@ import subprocess
 import jax
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
 
 from placeto_jax import Graph
 from placeto_jax.cli import main
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
+from placeto_jax.plotting import draw_learning_curves
 from placeto_jax.reproduce import benchmarks, generalization, table1
 from placeto_jax.reproduce.output import (
     Recorder,
@@ -72,12 +74,44 @@ def test_recorder_writes_tables_plots_and_a_provenance_header(tmp_path):
 
 # ---------------------------------------------------------------------- curves
 def test_curve_keeps_the_best_so_far_and_finds_the_first_point_within_tolerance():
-    curve = Curve.of([0, 10, 20, 30], [0.0, 1.0, 2.0, 3.0], [100.0, 120.0, 104.0, 100.0])
+    scores = [100.0, 120.0, 104.0, 100.0]
+    curve = Curve.of([0, 10, 20, 30], [0.0, 1.0, 2.0, 3.0], scores, scores, [True] * 4)
     np.testing.assert_array_equal(curve.makespan, [100.0, 100.0, 100.0, 100.0])
     assert curve.to_reach() == (0, 0.0)
-    curve = Curve.of([0, 10, 20, 30], [0.0, 1.0, 2.0, 3.0], [200.0, 150.0, 104.0, 100.0])
+    scores = [200.0, 150.0, 104.0, 100.0]
+    curve = Curve.of([0, 10, 20, 30], [0.0, 1.0, 2.0, 3.0], scores, scores, [True] * 4)
     assert curve.to_reach(0.05) == (20, 2.0)  # 104 <= 1.05 * 100, 150 is not
     assert curve.to_reach(0.0) == (30, 3.0)
+
+
+def test_curve_ranks_by_penalised_makespan_and_keeps_the_best_placements_raw_makespan():
+    # the second placement (raw 2.5, does not fit) scores 3: best until the fourth (2, fits);
+    # the third (4) never is the best, so its raw 4 and its fitting are not drawn
+    penalised, raw, fits = [5.0, 3.0, 4.0, 2.0], [5.0, 2.5, 4.0, 1.0], [True, False, True, True]
+    curve = Curve.of([0, 1, 2, 3], [0.0] * 4, penalised, raw, fits)
+    np.testing.assert_array_equal(curve.makespan, [5.0, 3.0, 3.0, 2.0])
+    np.testing.assert_array_equal(curve.raw, [5.0, 2.5, 2.5, 1.0])
+    np.testing.assert_array_equal(curve.fits, [True, False, False, True])
+    # equal scores: the first placement to reach it stays the best
+    first = Curve.of([0, 1], [0.0, 0.0], [3.0, 3.0], [3.0, 1.0], [True, False])
+    np.testing.assert_array_equal(first.raw, [3.0, 3.0])
+    np.testing.assert_array_equal(first.fits, [True, True])
+
+
+def test_a_table1_curve_figure_shows_every_method_of_its_row():
+    cell = {"graph": "g", "devices": 2}
+    quality = [cell | {m: float(k + 1) for k, m in enumerate(table1.BASELINES)}]  # ms
+    memory = [cell | {m: m != "single" for m in table1.BASELINES}]
+    one = Curve.of([0, 8], [0.0, 1.0], [900.0, 800.0], [900.0, 800.0], [True, True])
+    curves = {("g", 2, m): one for m in table1.LEARNED} | {("h", 2, "rnn"): one}
+    single, others = table1._levels_of(quality, memory, "g", 2)
+    assert single == (1000.0, False) and list(others) == list(table1.BASELINES[1:])
+    assert others["expert"] == (2000.0, True)
+    figure = Figure()
+    draw_learning_curves(figure, table1._curves_of(curves, "g", 2), "g", single, others)
+    labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert labels[:3] == list(table1.LEARNED) and labels[3] == "single device 1 ms (does not fit)"
+    assert [label.split()[0] for label in labels[4:]] == list(table1.BASELINES[1:])
 
 
 def test_relative_makespans_divide_by_the_best_baseline_of_each_graph():
@@ -95,6 +129,13 @@ def test_relative_makespans_divide_by_the_best_baseline_of_each_graph():
         "single": 2.0,
         "heft": 1.0,
     }
+
+
+def test_the_full_generalization_preset_tests_every_test_graph(monkeypatch):
+    monkeypatch.setattr(generalization, "load", lambda name: name)  # names, not graphs
+    full = generalization.PRESETS["full"]
+    tests = generalization._split("ptb", "test", full.test_graphs)
+    assert [name for name, _ in tests] == [f"family:ptb/{i}" for i in range(24, 32)]
 
 
 # ---------------------------------------------------------------------- benchmark folder
@@ -203,6 +244,8 @@ def test_placeto_trains_each_graph_of_a_bench_with_one_compiled_program():
         assert fit.best.placement.shape == (graph.n_ops,)
         assert fit.curve.makespan[-1] == pytest.approx(bench.score(fit.best))
         assert np.all(np.diff(fit.curve.makespan) <= 0)
+        # the curve ends at the best placement: its raw makespan and fitting
+        assert (fit.curve.raw[-1], fit.curve.fits[-1]) == (fit.best.makespan, fit.best.fits_memory)
     # evaluations: episodes x (one simulation per step + one at reset) per update
     np.testing.assert_array_equal(fits[0].curve.evaluations, [0, 28, 56])  # 4 x (6 + 1)
     np.testing.assert_array_equal(fits[1].curve.evaluations, [0, 20, 40])  # 4 x (4 + 1)

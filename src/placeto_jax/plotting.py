@@ -160,18 +160,42 @@ def plot_layers(graph: Graph, path: str | os.PathLike, title: str) -> None:
 
 
 def draw_learning_curves(
-    figure: Figure, curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str
+    figure: Figure,
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    title: str,
+    single: tuple[float, bool],
+    others: Mapping[str, tuple[float, bool]],
 ) -> None:
-    """One step line per method: best makespan so far (µs, drawn in ms) against simulator
-    evaluations (log scale); `curves` maps a method to its (evaluations [K], makespan [K])."""
+    """One step line per learned method: the makespan without the memory penalty (µs, drawn in
+    ms) of its best placement so far against simulator evaluations (log scale), a hollow marker
+    where that placement does not fit memory; `curves` maps a method to (evaluations [K],
+    makespan [K] µs, fits [K] bool). A dotted line at the single-device makespan `single` (µs,
+    fits) and a dashed one per method of `others` ({method: (µs, fits)}), labelled in ms."""
+    figure.set_size_inches(9.0, 4.5)
     axes = figure.add_subplot()
-    for name, (evaluations, makespan) in curves.items():
-        axes.step(np.maximum(evaluations, 1), makespan / 1e3, where="post", label=name)
+    overflows = False
+    for name, (evaluations, makespan, fits) in curves.items():
+        x, y, out = np.maximum(evaluations, 1), np.asarray(makespan) / 1e3, ~np.asarray(fits)
+        (line,) = axes.step(x, y, where="post", label=name)
+        if out.any():
+            axes.plot(x[out], y[out], "o", mfc="none", color=line.get_color(), label="_overflow")
+        overflows |= bool(out.any())
+    levels = {"single device": single, **others}
+    for k, (name, (makespan, fits)) in enumerate(levels.items()):
+        axes.axhline(
+            makespan / 1e3,
+            color="grey" if k == 0 else f"C{(len(curves) + k - 1) % 10}",
+            linestyle=":" if k == 0 else "--",
+            linewidth=0.9,
+            label=f"{name} {makespan / 1e3:.4g} ms" + ("" if fits else " (does not fit)"),
+        )
+    if overflows:
+        axes.plot([], [], "o", mfc="none", color="black", label="best so far does not fit")
     axes.set_xscale("log")
     axes.set_xlabel("simulator evaluations")
-    axes.set_ylabel("best makespan so far (ms)")
+    axes.set_ylabel("makespan of the best so far (ms)")
     axes.set_title(title)
-    axes.legend()
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
 def draw_relative_cdf(
@@ -180,8 +204,9 @@ def draw_relative_cdf(
     families: Sequence[str],
     methods: Sequence[str],
 ) -> None:
-    """One panel per family: the CDF over its rows of each method's makespan relative to the
-    best baseline (`relative` rows hold "family" and one value per method)."""
+    """One panel per family: the CDF over all its rows (every test graph given, whether or not
+    a placement fits memory) of each method's makespan relative to the best baseline (`relative`
+    rows hold "family" and one value per method); the title counts the rows."""
     for k, family in enumerate(families, 1):
         axes = figure.add_subplot(1, len(families), k)
         mine = [r for r in relative if r["family"] == family]
@@ -190,7 +215,7 @@ def draw_relative_cdf(
             fraction = np.arange(len(values) + 1) / len(values)
             axes.step(np.r_[values[0], values], fraction, where="post", label=method)
         axes.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
-        axes.set_title(family)
+        axes.set_title(f"{family}: {len(mine)} test graphs")
         axes.set_xlabel("makespan / best baseline")
         if k == 1:
             axes.set_ylabel("fraction of test graphs")

@@ -36,6 +36,22 @@ def penalised_makespan(makespan, peak_memory, cluster: Cluster) -> np.ndarray:
     return np.asarray(makespan, dtype=np.float64) + MEMORY_PENALTY * overflow
 
 
+def fits_memory(peak_memory, cluster: Cluster) -> np.ndarray:
+    """[B] bool: peak memory [B, D] bytes within every device's memory."""
+    return np.all(np.asarray(peak_memory, np.float64) <= cluster.memory_array, axis=1)
+
+
+def best_so_far(penalised, makespan, fits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The best placement so far along a sequence [K] of them, ranked by penalised makespan
+    (µs; the first of equal scores kept): (its penalised makespan [K] float64 µs, its makespan
+    without the penalty [K] float64 µs, whether it fits memory [K] bool)."""
+    penalised = np.asarray(penalised, np.float64)
+    best = np.minimum.accumulate(penalised)
+    improves = penalised < np.r_[np.inf, best[:-1]]
+    at = np.maximum.accumulate(np.where(improves, np.arange(len(penalised)), 0))
+    return best, np.asarray(makespan, np.float64)[at], np.asarray(fits, bool)[at]
+
+
 Solver = Callable[[Graph, Cluster, jax.Array, "int | None"], Solution]
 
 

@@ -25,7 +25,7 @@ import optax
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers.base import Solution, penalised_makespan
+from placeto_jax.placers.base import Solution, best_so_far, fits_memory, penalised_makespan
 from placeto_jax.placers.search import DEFAULT_BUDGET
 from placeto_jax.placers.simple import colocate
 from placeto_jax.sim.api import padded, simulate_rows
@@ -216,6 +216,8 @@ class Curve:
 
     evaluations: np.ndarray  # [U] int64 simulator evaluations used after the batch
     best: np.ndarray  # [U] float64 µs best penalised makespan seen so far
+    raw: np.ndarray  # [U] float64 µs makespan of that best placement, without the penalty
+    fits: np.ndarray  # [U] bool, that best placement fits device memory
     mean: np.ndarray  # [U] float64 µs mean penalised makespan of the batch
     wall_s: np.ndarray  # [U] float64 s from the start of training to the batch's scores
 
@@ -246,18 +248,20 @@ def reinforce(
     opt_state = _optimizer(training.grad_clip).init(params)
     baseline = None
     best, best_score, used = None, np.inf, 0
-    evaluations, bests, means, walls = [], [], [], []
+    evaluations, batch_best, means, walls = [], [], [], []
     began = time.perf_counter()
     for i, step_key in enumerate(jax.random.split(loop_key, n_updates)):
         placements, actions = _sample(policy, params, inputs, step_key)
         take = min(policy.batch, budget - used)
         rows = colocate(graph, np.asarray(placements[:, : graph.n_ops], dtype=np.int64))
-        scores = score_batch(graph, cluster, rows)[:take]
+        penalised, makespan, fits = score_batch(graph, cluster, rows)
+        scores = penalised[:take]
         used += take
-        if scores.min() < best_score:
-            best, best_score = rows[np.argmin(scores)], float(scores.min())
+        top = int(np.argmin(scores))
+        if scores[top] < best_score:
+            best, best_score = rows[top], float(scores[top])
         evaluations.append(used)
-        bests.append(best_score)
+        batch_best.append((scores[top], makespan[top], fits[top]))
         means.append(float(scores.mean()))
         walls.append(time.perf_counter() - began)
         if used == budget:
@@ -277,17 +281,22 @@ def reinforce(
         )
         decay = training.baseline_decay
         baseline = decay * baseline + (1.0 - decay) * reward.mean()
-    curve = Curve(np.asarray(evaluations), np.asarray(bests), np.asarray(means), np.asarray(walls))
+    bests, raw, fit = best_so_far(*zip(*batch_best, strict=True))
+    curve = Curve(np.asarray(evaluations), bests, raw, fit, np.asarray(means), np.asarray(walls))
     return Solution(best, used), curve
 
 
-def score_batch(graph: Graph, cluster: Cluster, placements: np.ndarray) -> np.ndarray:
-    """[B] penalised makespans (µs) of placements [B, N], simulated in one batched call of exactly
-    B rows (so a fixed batch size compiles the simulator once)."""
+def score_batch(
+    graph: Graph, cluster: Cluster, placements: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(penalised makespan [B] µs, makespan [B] µs, fits memory [B] bool) of placements [B, N],
+    simulated in one batched call of exactly B rows (so a fixed batch size compiles the
+    simulator once)."""
     rows = np.zeros((placements.shape[0], padded(graph).n_pad), dtype=np.int32)
     rows[:, : graph.n_ops] = placements
     out = simulate_rows(graph, cluster, rows)
-    return penalised_makespan(out.makespan, out.peak_memory, cluster)
+    penalised = penalised_makespan(out.makespan, out.peak_memory, cluster)
+    return penalised, np.asarray(out.makespan, np.float64), fits_memory(out.peak_memory, cluster)
 
 
 def _optimizer(grad_clip: float) -> optax.GradientTransformation:

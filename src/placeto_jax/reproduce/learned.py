@@ -21,8 +21,9 @@ def train(
     name: str, graph: Graph, cluster: Cluster, key: jax.Array, budget: int
 ) -> tuple[PlacerResult, Curve]:
     """Train learned placer `name` on `graph` for `budget` simulator evaluations: its best
-    placement, scored by the simulator, and its curve (best penalised makespan so far)."""
+    placement, scored by the simulator, and its curve (best placement so far by penalised
+    makespan, with its raw makespan and whether it fits memory)."""
     began = time.perf_counter()
     solution, curve = TRAINERS[name](graph, cluster, key, budget)
     placed = scored(name, graph, cluster, solution, time.perf_counter() - began)
-    return placed, Curve.of(curve.evaluations, curve.wall_s, curve.best)
+    return placed, Curve.of(curve.evaluations, curve.wall_s, curve.best, curve.raw, curve.fits)

@@ -19,18 +19,21 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.env.core import EnvParams
-from placeto_jax.placers.base import penalised_makespan
+from placeto_jax.placers.base import best_so_far, penalised_makespan
 from placeto_jax.rl.evaluate import Placement, rank_visited, start_name
 from placeto_jax.rl.train import make_train
 
 
 @dataclasses.dataclass(frozen=True)
 class Curve:
-    """Best placement found so far against training cost, one point per evaluation."""
+    """Best placement found so far (by penalised makespan) against training cost, one point
+    per evaluation."""
 
     evaluations: np.ndarray  # [K] int64 simulator calls spent on training so far
     wall_s: np.ndarray  # [K] float64 s since training started (compilation included)
-    makespan: np.ndarray  # [K] float64 µs, best exact makespan found so far (running minimum)
+    makespan: np.ndarray  # [K] float64 µs, best penalised makespan so far (running minimum)
+    raw: np.ndarray  # [K] float64 µs, exact makespan of that best placement, no memory penalty
+    fits: np.ndarray  # [K] bool, that best placement fits device memory
 
     def to_reach(self, tolerance: float = 0.05) -> tuple[int, float]:
         """(evaluations, wall s) at the first point within `tolerance` of the final makespan."""
@@ -39,11 +42,13 @@ class Curve:
         return int(self.evaluations[first]), float(self.wall_s[first])
 
     @staticmethod
-    def of(evaluations, wall_s, makespan) -> Curve:
+    def of(evaluations, wall_s, penalised, raw, fits) -> Curve:
+        """The curve of the placements evaluated at each point [K]: their penalised and raw
+        makespans (µs) and whether they fit memory (`placers.base.best_so_far`)."""
         return Curve(
             np.asarray(evaluations, np.int64),
             np.asarray(wall_s, np.float64),
-            np.minimum.accumulate(np.asarray(makespan, np.float64)),
+            *best_so_far(penalised, raw, fits),
         )
 
 
@@ -121,7 +126,13 @@ class PlacetoBench:
         placements = [p for _, _, p in points]
         scores = [self.score(p) for p in placements]
         best = placements[int(np.argmin(scores))]
-        curve = Curve.of([e for e, _, _ in points], [w for _, w, _ in points], scores)
+        curve = Curve.of(
+            [e for e, _, _ in points],
+            [w for _, w, _ in points],
+            scores,
+            [p.makespan for p in placements],
+            [p.fits_memory for p in placements],
+        )
         return Fit(state.params, placements[-1], best, curve)
 
     def score(self, placement: Placement) -> float:

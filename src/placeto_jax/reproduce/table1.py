@@ -185,8 +185,11 @@ def _write(recorder, quality, cost, wall, memory, curves) -> None:
         "planner: their first batch), so a run that never improved reaches 5% at once. "
         "`improved`: the curve ended more than 5% below its first point. "
         "`rnn_over_this_evals_to_5pct` is the paper's headline ratio (RNN placer / method; "
-        "the paper reports up to 6.1x for Placeto), left empty unless both improved. Curves "
-        "are penalised makespans (makespan + the search baselines' memory penalty).",
+        "the paper reports up to 6.1x for Placeto), left empty unless both improved. "
+        "`first_ms`, `improved` and the counts use penalised makespans (makespan + the search "
+        "baselines' memory penalty). The learning-curve plots draw the makespan without the "
+        "penalty of each curve's best placement so far (hollow markers: it does not fit "
+        "memory), the single device as a dotted line and every other baseline as a dashed one.",
     )
     recorder.table(
         "fits_memory",
@@ -201,18 +204,32 @@ def _write(recorder, quality, cost, wall, memory, curves) -> None:
             f"curve_{spec.replace(':', '_')}_d{n_devices}",
             f"Learning curves: {spec}, {n_devices} devices",
             lambda fig, s=spec, d=n_devices: draw_learning_curves(
-                fig, _curves_of(curves, s, d), f"{s}, {d} devices"
+                fig,
+                _curves_of(curves, s, d),
+                f"{s}, {d} devices",
+                *_levels_of(quality, memory, s, d),
             ),
         )
 
 
-def _curves_of(curves, spec: str, n_devices: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{method: (evaluations, makespan)} of the learning curves on one (graph, devices)."""
+def _curves_of(curves, spec: str, n_devices: int) -> dict[str, tuple[np.ndarray, ...]]:
+    """{method: (evaluations, raw makespan µs, fits)} of the learning curves on one (graph,
+    devices)."""
     return {
-        name: (curve.evaluations, curve.makespan)
+        name: (curve.evaluations, curve.raw, curve.fits)
         for (s, d, name), curve in curves.items()
         if (s, d) == (spec, n_devices)
     }
+
+
+def _levels_of(quality, memory, spec: str, n_devices: int) -> tuple[tuple, dict]:
+    """The single device's (makespan µs, fits) and {method: (makespan µs, fits)} of the other
+    baselines on one (graph, devices), from the makespan (ms) and fits-memory rows."""
+    cell = (spec, n_devices)
+    row = next(r for r in quality if (r["graph"], r["devices"]) == cell)
+    fit = next(r for r in memory if (r["graph"], r["devices"]) == cell)
+    levels = {m: (row[m] * MS, fit[m]) for m in BASELINES}
+    return levels.pop("single"), levels
 
 
 def _header_config(settings: Settings) -> dict:
