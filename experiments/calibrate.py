@@ -18,7 +18,7 @@ per-kernel overhead per inner kernel. The simulated step (one device, `pj.simula
 overhead as `delta1`) is compared with the median wall time of one step of a training loop on
 the same arrays (parameters, optimizer and model state donated and fed back, as a training loop
 runs it and as the HLO graphs are traced). The wall times and the profile come from one loop,
-timed and profiled in `--rounds` alternations of `--repeats` steps (the median of the rounds'
+timed and profiled in `--rounds` alternations of `--round-steps` steps (the median of the rounds'
 medians): timing a second loop of the same program after a profile, or profiling after it,
 made either up to 1.6x slower (zoo:nmt: 13 ms against 8), so separate loops disagree. The
 op-cost errors compare the roofline, for the costliest dot and convolution equations of each
@@ -30,8 +30,9 @@ call), and, for the kernels costliest in the profile, with their profiled times.
 simulator's devices do. On all cores XLA's CPU runtime also runs independent kernels at once,
 which no single-device simulation models.
 
-Run: `python experiments/calibrate.py [--repeats 10] [--rounds 3] [--out FILE]` (default
-results/calibration/calibration.json). Prints a table and writes JSON atomically.
+Run: `python experiments/calibrate.py [--repeats 10] [--rounds 10] [--round-steps 5]
+[--only MODELS] [--out FILE]` (default results/calibration/calibration.json). Prints a table
+and writes JSON atomically.
 """
 
 from __future__ import annotations
@@ -297,7 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10, help="runs per measurement")
     parser.add_argument(
-        "--rounds", type=int, default=3, help="alternations of step timing and kernel profiling"
+        "--rounds", type=int, default=10, help="alternations of step timing and kernel profiling"
+    )
+    parser.add_argument(
+        "--round-steps", type=int, default=5, help="steps timed, then profiled, in each round"
     )
     parser.add_argument("--top", type=int, default=8, help="ops per model for the op-cost error")
     parser.add_argument("--only", default=None, help="comma-separated model names")
@@ -328,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         args_concrete = concrete(step.args, jax.random.key(0))
         traced = {"param_argnums": zoo.PARAM_ARGNUMS, "donate_argnums": CARRIED, "device": spec}
         hlo_graph = from_jax(step.fn, *step.args, **traced)
-        walls, costs = loop_and_kernels_us(step, args_concrete, args.rounds, args.repeats, overhead)
+        walls, costs = loop_and_kernels_us(
+            step, args_concrete, args.rounds, args.round_steps, overhead
+        )
         measured = float(np.median(walls))
         if len(costs) != hlo_graph.n_ops:  # one compiled program for both, so never
             raise RuntimeError(f"{name}: the profiled program is not the traced one")
@@ -386,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "repeats": args.repeats,
         "rounds": args.rounds,
+        "round_steps": args.round_steps,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "cpu_affinity": sorted(os.sched_getaffinity(0)),
         "rows": rows,

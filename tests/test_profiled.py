@@ -41,7 +41,10 @@ def test_entry_times_from_events_by_hand():
     times, _ = profiled.entry_times_us(module, [*runs, slow], inner_overhead_us=2.0)
     np.testing.assert_allclose(times, [13.0, 5.0, 2.5, 35.5], rtol=1e-12)
     times, unseen = profiled.entry_times_us(module, [{"fusion": [1.0]}], inner_overhead_us=2.0)
-    assert times == [1.0, 0.0, 0.0, 0.0] and unseen == 2  # copy and neg; the loop ran nothing
+    assert times == [1.0, 0.0, 0.0, 0.0] and unseen == 3  # copy, neg and the loop
+    # A loop that XLA ran as one kernel (no inner events) costs its own event.
+    times, _ = profiled.entry_times_us(module, [{"loop": [7.0]}], inner_overhead_us=2.0)
+    assert times == [0.0, 0.0, 0.0, 7.0]
 
 
 def _entry(module: hlo.Module) -> dict[str, hlo.Instruction]:
@@ -89,3 +92,46 @@ def test_a_profile_already_running_is_named(tmp_path):
             from_jax(jnp.sin, S((3,), F32), cost_model="measure", measure_repeats=1)
     finally:
         jax.profiler.stop_trace()
+
+
+def test_a_profiles_settling_runs_are_dropped():
+    """A while loop whose trip count is an input: the first call runs 4,000,000 trips, the later
+    ones 2; only the later calls' events come back, one run per repeat, each cheaper than the
+    first call's loop could be (XLA runs this small loop as one kernel: its event is timed)."""
+
+    def loop(n, x):
+        return jax.lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, jnp.sin(c[1])), (0, x))
+
+    compiled, text, _ = hlo.compile_program(loop, (jnp.int32(0), jnp.ones(8, F32)), ())
+    module = hlo.parse_module(text)
+    trips = iter([4_000_000] + [2] * 3)
+
+    def run():
+        jax.block_until_ready(compiled(jnp.int32(next(trips)), jnp.ones(8, F32)))
+
+    runs = profiled.profiled_runs(run, 3, module)
+    assert profiled.SETTLE_RUNS == 1 and len(runs) == 3
+    times, _ = profiled.entry_times_us(module, runs, inner_overhead_us=0.0)
+    assert 0 < sum(times) < 5_000.0  # its 4,000,000 trips take over 15 ms (one third: 5 ms)
+
+
+def test_threads_share_the_cores_while_their_kernels_overlap():
+    """Thread 0 runs a loop (0-100 ns, not working) holding a kernel (0-40); thread 1 runs a
+    kernel (20-60) and thread 2 one (30-50). Segments 0-20: one working thread; 20-30: two;
+    30-40: three; 40-50: two; 50-60: one; 60-100: none."""
+    threads, begin, end = (
+        np.array([0, 0, 1, 2]),
+        np.array([0, 0, 20, 30.0]),
+        np.array([100, 40, 60, 50.0]),
+    )
+    working = np.array([False, True, True, True])
+    one = profiled.shared_times_ns(threads, begin, end, working, cores=1)
+    # kernel 0-40: 20 + 10/2 + 10/3; kernel 20-60: 10/2 + 10/3 + 10/2 + 10; 30-50: 10/3 + 10/2
+    # the loop (not working): 20 + 5 + 10/3 + 5 + 10 + 40 (each segment shared by the others)
+    np.testing.assert_allclose(one, [83 + 1 / 3, 28 + 1 / 3, 23 + 1 / 3, 8 + 1 / 3])
+    two = profiled.shared_times_ns(threads, begin, end, working, cores=2)
+    np.testing.assert_allclose(two, [100 - 10 / 3, 40 - 10 / 3, 40 - 10 / 3, 20 - 10 / 3])
+    # with as many cores as threads every event keeps its duration
+    np.testing.assert_allclose(
+        profiled.shared_times_ns(threads, begin, end, working, 3), end - begin
+    )

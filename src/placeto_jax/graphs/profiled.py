@@ -12,24 +12,31 @@ kernel time. Per-op medians would not add up: in each run a different few kernel
 on a reduced Inception-V3 step the kernels' medians sum to 11.4 ms where a run's kernels take
 15.0 ms (the step's wall time 15.9 ms).
 The first runs of a freshly compiled program are slower (up to 7x: its buffers are new), so
-`WARMUP_RUNS` runs go first, unprofiled.
+`WARMUP_RUNS` runs go first, unprofiled. The first run of every profile is slower too (on
+reduced NMT, 9.7 to 11.1 ms against 8.5: the profiler is starting), so each profile runs
+`SETTLE_RUNS` more and drops them.
 
 A `while`, `conditional` or `call` is timed by the kernels it runs: the summed durations of its
 inner kernels' events plus `inner_overhead_us` for each of them (the per-kernel overhead that the
 cluster's `delta1` charges between top-level ops). Its own event is not used: it also holds the
-profiler's cost of recording every inner event.
+profiler's cost of recording every inner event. Where XLA runs the whole op as one kernel (a
+small loop: no inner events in the run), its own event is its time.
 
-XLA's CPU runtime may run independent kernels of one program at once; each kernel's time is its
-own duration, so on one device the simulator (one kernel at a time) can be slower than the
-program, by as much as the kernels overlapped. Each recorded duration also holds some of the
-profiler's own cost, which the costs keep: on one CPU core, a chain of 800 tiny kernels takes
-0.05 µs per kernel unprofiled and records 0.55 µs per event; programs of many small kernels
-(the RNN models of `experiments/calibrate.py`) are priced up to 1.5x their step.
+XLA's CPU runtime runs independent kernels of one program at once, on several threads. On fewer
+cores than threads those kernels take turns, and each event's duration holds its neighbours'
+time too: on one core, a reduced NMT step's kernels recorded 14.4 ms in some runs where the step
+took 10.1. So a kernel's time is its share of the processors (`shared_times_ns`): while k
+threads are inside kernels on c cores, each gets min(1, c / k) of that time. Where kernels truly
+ran in parallel (k <= c), each keeps its whole duration, and the simulator (one kernel at a time
+per device) is slower than the program by as much as they overlapped. Each recorded duration
+also holds some of the profiler's own cost, which the costs keep: on one CPU core, a chain of
+800 tiny kernels takes 0.05 µs per kernel unprofiled and records 0.55 µs per event.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +51,7 @@ from jax.profiler import ProfileData
 from placeto_jax.graphs import hlo
 
 WARMUP_RUNS = 3  # a freshly compiled program's first runs are slower (its buffers are new)
+SETTLE_RUNS = 1  # a profile's first runs are slower (the profiler is starting): dropped
 
 
 def kernel_times_us(
@@ -106,12 +114,10 @@ def entry_times_us(
         inner = sorted(hlo.nested_kernels(module, ins))
         per_run = []
         for durations in runs:
-            if inner:
-                events = [d for name in inner for d in durations.get(name, ())]
-                per_run.append(sum(events) + inner_overhead_us * len(events))
-            else:
-                per_run.append(sum(durations.get(ins.name, ())))
-        unseen += not inner and not any(ins.name in durations for durations in runs)
+            events = [d for name in inner for d in durations.get(name, ())]
+            own = sum(durations.get(ins.name, ()))
+            per_run.append(sum(events) + inner_overhead_us * len(events) if events else own)
+        unseen += not any(name in durations for durations in runs for name in (ins.name, *inner))
         per_op.append(per_run)
     if not per_op:
         return [], 0
@@ -122,11 +128,13 @@ def entry_times_us(
 
 
 def profiled_runs(
-    run: Callable[[], None], repeats: int, module: hlo.Module
+    run: Callable[[], None], repeats: int, module: hlo.Module, cores: int | None = None
 ) -> list[dict[str, list[float]]]:
-    """For each of `repeats` calls of `run` under the profiler: kernel name -> durations (µs)
-    of the events `module`'s kernels recorded. Raises RuntimeError if a profile is already
-    being taken, or if the profile records no kernel events (a backend that does not)."""
+    """For each of `repeats` calls of `run` under the profiler (after `SETTLE_RUNS` more, whose
+    events are dropped): kernel name -> µs of each event `module`'s kernels recorded, as its
+    share of `cores` processors (`shared_times_ns`), in the order of the runs. Raises
+    RuntimeError if a profile is already being taken, or if the profile records no kernel
+    events (a backend that does not) or cannot tell the runs apart."""
     with tempfile.TemporaryDirectory(prefix="placeto_jax_profile_") as folder:
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # kernels only: no tracing of Python calls
@@ -139,24 +147,72 @@ def profiled_runs(
                 "(stop the other trace, or use cost_model='roofline')"
             ) from error
         try:
-            for _ in range(repeats):
+            for _ in range(SETTLE_RUNS + repeats):
                 run()
         finally:
             jax.profiler.stop_trace()
         (path,) = Path(folder).rglob("*.xplane.pb")
         profile = ProfileData.from_file(str(path))
-    runs: dict[int, dict[str, list[float]]] = collections.defaultdict(
-        lambda: collections.defaultdict(list)
-    )
-    for plane in profile.planes:
-        for line in plane.lines:
-            for event in line.events:
-                stats = dict(event.stats)
-                if stats.get("hlo_module") == module.name and "hlo_op" in stats:
-                    runs[stats.get("run_id", 0)][stats["hlo_op"]].append(event.duration_ns / 1e3)
+    events: dict[int, list[tuple[str, int, int, int]]] = collections.defaultdict(list)
+    lines = (line for plane in profile.planes for line in plane.lines)
+    for thread, line in enumerate(lines):
+        for event in line.events:
+            stats = dict(event.stats)
+            if stats.get("hlo_module") == module.name and "hlo_op" in stats:
+                events[stats.get("run_id", 0)].append(
+                    (stats["hlo_op"], thread, event.start_ns, event.duration_ns)
+                )
+    containers = {
+        i.name
+        for computation in module.computations.values()
+        for i in computation
+        if i.is_op and hlo.nested_kernels(module, i)
+    }  # a loop's thread may wait while other threads run its kernels
+    runs: dict[int, dict[str, list[float]]] = {}
+    starts: dict[int, int] = {}  # run id -> ns of its first event
+    for run_id, recorded in events.items():
+        names, threads, begin, duration = zip(*recorded, strict=True)
+        begin = np.asarray(begin, np.float64)
+        working = np.asarray([name not in containers for name in names])
+        times = shared_times_ns(np.asarray(threads), begin, begin + duration, working, cores)
+        runs[run_id] = collections.defaultdict(list)
+        for name, ns in zip(names, times, strict=True):
+            runs[run_id][name].append(float(ns) / 1e3)
+        starts[run_id] = int(begin.min())
     if not runs:
         raise RuntimeError(
             f"the profile of {module.name} on {jax.default_backend()} records no kernel events: "
             "its kernels cannot be measured here (use cost_model='roofline')"
         )
-    return list(runs.values())
+    if len(runs) != SETTLE_RUNS + repeats:
+        raise RuntimeError(
+            f"the profile of {module.name} holds {len(runs)} runs for {SETTLE_RUNS + repeats} "
+            "calls: its events cannot be told apart by run (use cost_model='roofline')"
+        )
+    in_order = sorted(runs, key=starts.__getitem__)
+    return [runs[run_id] for run_id in in_order[SETTLE_RUNS:]]
+
+
+def shared_times_ns(
+    threads: np.ndarray,
+    begin: np.ndarray,
+    end: np.ndarray,
+    working: np.ndarray,
+    cores: int | None = None,
+) -> np.ndarray:
+    """[E] ns of processor time of each event [E] (thread, begin ns, end ns) when the threads
+    share `cores` processors (default: those this process may run on) fairly: at an instant
+    when k threads are inside a `working` event, each event then gets min(1, cores / k) of it.
+    A thread inside nested events counts once; one inside only events that are not `working`
+    (a loop's, whose kernels may run on other threads while it waits) does not count."""
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    cuts = np.unique(np.concatenate([begin, end]))  # [S + 1] segment boundaries
+    first, last = np.searchsorted(cuts, begin), np.searchsorted(cuts, end)
+    names, row = np.unique(threads, return_inverse=True)
+    entered = np.zeros((len(names), len(cuts)), np.int64)  # [threads, S + 1] events begun - ended
+    np.add.at(entered, (row[working], first[working]), 1)
+    np.add.at(entered, (row[working], last[working]), -1)
+    active = (np.cumsum(entered, axis=1)[:, :-1] > 0).sum(axis=0)  # [S] threads in an event
+    share = np.diff(cuts) * np.minimum(1.0, cores / np.maximum(active, 1))
+    cumulative = np.concatenate([[0.0], np.cumsum(share)])
+    return cumulative[last] - cumulative[first]
