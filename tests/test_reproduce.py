@@ -131,10 +131,11 @@ def test_relative_makespans_divide_by_the_best_baseline_of_each_graph():
     }
 
 
-def test_the_full_generalization_preset_tests_every_test_graph(monkeypatch):
+@pytest.mark.parametrize("preset", ["quick", "full"])
+def test_the_generalization_presets_test_every_test_graph(monkeypatch, preset):
     monkeypatch.setattr(generalization, "load", lambda name: name)  # names, not graphs
-    full = generalization.PRESETS["full"]
-    tests = generalization._split("ptb", "test", full.test_graphs)
+    settings = generalization.PRESETS[preset]
+    tests = generalization._split("ptb", "test", settings.test_graphs)
     assert [name for name, _ in tests] == [f"family:ptb/{i}" for i in range(24, 32)]
 
 

@@ -48,7 +48,7 @@ PRESETS = {
         families=("cifar10", "ptb", "nmt"),
         devices=4,
         train_graphs=12,
-        test_graphs=2,
+        test_graphs=0,
         family_training=("train.iterations=30", "train.episodes=24", "run.group_target=32"),
         per_graph_iterations=10,
         baselines=("single", "random", "metis", "heft", "m-etf"),
