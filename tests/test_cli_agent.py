@@ -156,9 +156,9 @@ def test_place_with_a_baseline_method(capsys):
 
 def test_place_and_eval_improve_from_a_start(run_dir, capsys):
     argv = ["place", "layered:12", "--checkpoint", str(run_dir), "--start", "best"]
-    assert main([*argv, "--samples", "2", "--json"]) == 0
+    assert main([*argv, "--samples", "2", "--temperature", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["start"].endswith("(best)") and doc["episodes"] == 3
+    assert doc["start"].endswith("(best)") and doc["episodes"] == 3 and doc["temperature"] == 2
     assert doc["makespan_us"] <= doc["initial_makespan_us"]
     eval_argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "layered:12", "--start", "m-etf"]
     assert main([*eval_argv, "--no-heuristics"]) == 0
@@ -229,11 +229,15 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         ([*TRAIN_DIAMOND, "--start", "bogus"], "unknown start 'bogus'"),
         (
             ["place", "example:diamond", "--method", "single", "--devices", "2", "--start", "best"],
-            "--start, --samples and --passes place with a policy",
+            "--start, --samples, --temperature and --passes place with a policy",
         ),
         (
             ["place", "example:diamond", "--checkpoint", "{run}", "--samples", "-1"],
             "--samples must be >= 0",
+        ),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--temperature", "0"],
+            "--temperature must be finite and > 0, got 0.0",
         ),
     ],
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -17,7 +18,7 @@ from placeto_jax.graphs import generators
 from placeto_jax.reproduce.improve import Outcome, faster, summary
 from placeto_jax.reproduce.starts import start_result, started
 from placeto_jax.rl.evaluate import Placement, place_with
-from placeto_jax.rl.train import make_train
+from placeto_jax.rl.train import make_train, sample_action
 
 # Two devices, fast buses, no overheads: makespans by hand.
 CLUSTER = Cluster(n_devices=2, speed=1.0, bandwidth=1000.0, delta1=0.0, delta2=0.0)
@@ -94,6 +95,29 @@ def test_improve_mode_is_never_slower_than_the_start_and_finds_the_improving_mov
     assert sampled.makespan == pytest.approx(exact)
     assert faster(sampled, sampled.initial_makespan / 1e3)
     assert not faster(dataclasses.replace(sampled, makespan=400.0), 0.4)
+    hot = place_with(run, params, run.env_params, [pg], CLUSTER, 8, jax.random.key(2), 4.0)
+    assert hot[0].temperature == 4.0 and hot[0].makespan == pytest.approx(200.0)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="temperature must be finite and > 0"):
+            place_with(run, params, run.env_params, [pg], CLUSTER, 8, jax.random.key(2), bad)
+
+
+def test_sampling_at_temperature_t_draws_from_softmax_of_logits_over_t():
+    logits = jnp.log(jnp.array([1.0, 2.0, 4.0]))
+    keys = jax.random.split(jax.random.key(0), 20_000)
+
+    def draws(t: float) -> np.ndarray:
+        return np.asarray(jax.vmap(lambda k: sample_action(k, logits, t))(keys))
+
+    def frequencies(t: float) -> np.ndarray:
+        return np.bincount(draws(t), minlength=3) / len(keys)
+
+    np.testing.assert_allclose(frequencies(1.0), np.array([1, 2, 4]) / 7, atol=0.01)
+    # T = 2: softmax(log p / 2) is proportional to sqrt(p) = (1, sqrt 2, 2)
+    np.testing.assert_allclose(frequencies(2.0), np.array([1, 2**0.5, 2]) / (3 + 2**0.5), atol=0.01)
+    np.testing.assert_allclose(frequencies(1e6), np.full(3, 1 / 3), atol=0.01)  # near uniform
+    own = np.asarray(jax.vmap(lambda k: jax.random.categorical(k, logits))(keys))
+    np.testing.assert_array_equal(draws(1.0), own)  # T = 1: the policy's own samples, bit for bit
 
 
 def test_the_best_start_is_the_fastest_fast_heuristic_on_the_grouped_graph():

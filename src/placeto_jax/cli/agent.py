@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import socket
 import sys
@@ -162,7 +163,7 @@ def add_start_option(parser: argparse.ArgumentParser, default: str | None) -> No
 
 
 def add_improve_options(parser: argparse.ArgumentParser) -> None:
-    """`--start`, `--samples` and `--passes` of `place` and `eval`."""
+    """`--start`, `--samples`, `--temperature` and `--passes` of `place` and `eval`."""
     add_start_option(parser, None)
     parser.add_argument(
         "--samples",
@@ -171,6 +172,15 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="sampled episodes per graph besides the greedy one; the best placement any of "
         "them visits is kept, by exact simulation (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        metavar="T",
+        help="sampling temperature of the --samples episodes: logits divided by T (> 1 wider, "
+        "1 the policy's own distribution; the greedy episode is unchanged) "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--passes", type=int, metavar="P", help="passes per episode (default: the run's own)"
@@ -332,9 +342,12 @@ def _placements(
     args: argparse.Namespace, spec: str, devices: int | None
 ) -> tuple[Cluster, list[PlacementGraph], list[Placement]]:
     """(the cluster placed on, the graphs of `spec` as the agent sees them, the policy's
-    placement of each), with `args`' checkpoint, cluster, start, samples and passes."""
+    placement of each), with `args`' checkpoint, cluster, start, samples, temperature and
+    passes."""
     if args.samples < 0:
         raise ValueError(f"--samples must be >= 0, got {args.samples}")
+    if not (math.isfinite(args.temperature) and args.temperature > 0):
+        raise ValueError(f"--temperature must be finite and > 0, got {args.temperature}")
     if args.passes is not None and args.passes < 1:
         raise ValueError(f"--passes must be >= 1, got {args.passes}")
     config = starting_config(run_config(args.checkpoint, devices, args.cluster), args.start)
@@ -344,7 +357,8 @@ def _placements(
     params = load_policy(args.checkpoint, config, graphs)
     on = cluster_of(config)
     key = jax.random.key(args.seed)
-    return on, graphs, place_graphs(config, params, graphs, on, args.samples, key)
+    placed = place_graphs(config, params, graphs, on, args.samples, key, args.temperature)
+    return on, graphs, placed
 
 
 def _place(args: argparse.Namespace) -> int:
@@ -375,8 +389,10 @@ def _tied(result) -> str:
 def _place_method(args: argparse.Namespace) -> int:
     if args.devices is None:
         raise ValueError("--method needs --devices")
-    if args.start is not None or args.samples or args.passes is not None:
-        raise ValueError("--start, --samples and --passes place with a policy (--checkpoint)")
+    if args.start is not None or args.samples or args.passes is not None or args.temperature != 1:
+        raise ValueError(
+            "--start, --samples, --temperature and --passes place with a policy (--checkpoint)"
+        )
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
     result = run_method(args.method, graph, cluster, jax.random.key(args.seed), args.budget)

@@ -271,6 +271,7 @@ def policy_json(r: Placement, best: PlacerResult | None, cluster: Cluster) -> di
         "evaluations": r.evaluations,
         "episodes": r.episodes,
         "episode_steps": r.episode_steps,
+        "temperature": r.temperature,
         "best_heuristic": None
         if best is None
         else {
@@ -327,7 +328,8 @@ def _start_label(r: Placement) -> str:
 
 def search_line(r: Placement) -> str:
     """What choosing the placement cost: episodes, their steps, exact simulations."""
-    sampled = f" + {r.episodes - 1} sampled" if r.episodes > 1 else ""
+    at = f" at T = {r.temperature:g}" if r.temperature != 1 else ""
+    sampled = f" + {r.episodes - 1} sampled{at}" if r.episodes > 1 else ""
     return (
         f"search   1 greedy{sampled} episode(s) from {_start_label(r)}, {r.episode_steps} "
         f"steps (grouped-graph simulations), {r.evaluations} placements simulated on the op "

@@ -3,15 +3,17 @@
 A greedy episode starts from the environment's initial placement (drawn with a fixed evaluation
 key, so evaluations are comparable across updates, or each graph's given start in improve mode),
 takes the argmax device at every step, and returns the best placement it visited (which
-includes the initial one). `place_graphs` can add K sampled episodes per graph (same start), and
-ranks every distinct visited placement by an exact simulation of the op graph (the grouped graph
-the policy sees is an approximation of it), so the placement it returns is never worse than the
-initial one (among those that fit memory).
+includes the initial one). `place_graphs` can add K sampled episodes per graph (same start, at a
+sampling temperature: logits divided by T, 1 the policy's own distribution), and ranks every
+distinct visited placement by an exact simulation of the op graph (the grouped graph the policy
+sees is an approximation of it), so the placement it returns is never worse than the initial
+one (among those that fit memory).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -42,6 +44,7 @@ class Placement:
     start: str = "random"  # the initial placement: the env's kind, or the given start's name
     episodes: int = 1  # episodes whose visited placements were ranked (greedy + sampled)
     episode_steps: int = 0  # grouped-graph simulations those episodes made (one per step)
+    temperature: float = 1.0  # of the sampled episodes (logits divided by it)
 
 
 def place_graphs(
@@ -51,11 +54,13 @@ def place_graphs(
     cluster: Cluster,
     samples: int = 0,
     key: jax.Array | None = None,
+    temperature: float = 1.0,
 ) -> list[Placement]:
     """Greedy placements of `graphs` (all in one bank: one compiled program), each also ranked
-    with the placements of `samples` sampled episodes on it, drawn with `key` (`place_with`)."""
+    with the placements of `samples` sampled episodes on it, drawn with `key` at `temperature`
+    (`place_with`)."""
     run = make_train(config, build_bank(graphs, config.run.buckets), cluster)
-    return place_with(run, params, run.env_params, graphs, cluster, samples, key)
+    return place_with(run, params, run.env_params, graphs, cluster, samples, key, temperature)
 
 
 def place_with(
@@ -66,19 +71,24 @@ def place_with(
     cluster: Cluster,
     samples: int = 0,
     key: jax.Array | None = None,
+    temperature: float = 1.0,
 ) -> list[Placement]:
     """The placement of each graph that `env_params` plays (`graphs`, in that order) by `run`'s
     compiled programs: every placement of its greedy episode, and with `samples` sampled
-    episodes the `SCREENED` distinct ones of theirs with the lowest runtime in the episodes' own
-    simulation, ranked exactly on the op graph (`rank_visited`)."""
+    episodes (actions from softmax(logits / `temperature`)) the `SCREENED` distinct ones of
+    theirs with the lowest runtime in the episodes' own simulation, ranked exactly on the op
+    graph (`rank_visited`)."""
     if samples < 0:
         raise ValueError(f"samples must be >= 0, got {samples}")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be finite and > 0, got {temperature}")
     if samples and key is None:
         raise ValueError("sampled episodes need a key")
     config = run.trainer.config
     greedy = jax.device_get(run.greedy(params, env_params)["visited"])  # [T + 1, G, N]
     if samples:
-        sampled = jax.device_get(run.sample(key, params, env_params, count=samples))
+        sampled = run.sample(key, params, env_params, count=samples, temperature=temperature)
+        sampled = jax.device_get(sampled)
     out = []
     for i, pg in enumerate(graphs):
         steps = config.env.passes * pg.n_units
@@ -90,7 +100,11 @@ def place_with(
             candidates = np.concatenate([candidates, screened(visited, runtime, SCREENED)])
         ranked = rank_visited(pg, cluster, candidates, start_name(config, pg))
         episodes = 1 + samples
-        out.append(dataclasses.replace(ranked, episodes=episodes, episode_steps=episodes * steps))
+        out.append(
+            dataclasses.replace(
+                ranked, episodes=episodes, episode_steps=episodes * steps, temperature=temperature
+            )
+        )
     return out
 
 

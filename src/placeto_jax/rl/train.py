@@ -163,9 +163,16 @@ class Trainer:
         return playing[index]
 
     def rollout(
-        self, key: jax.Array, params: Any, graphs: jax.Array, env_params: EnvParams, greedy: bool
+        self,
+        key: jax.Array,
+        params: Any,
+        graphs: jax.Array,
+        env_params: EnvParams,
+        greedy: bool,
+        temperature: jax.Array | float = 1.0,
     ) -> tuple[Rollout, EnvState]:
-        """One episode per entry of `graphs` [B], in lockstep (`greedy`: argmax actions)."""
+        """One episode per entry of `graphs` [B], in lockstep (`greedy`: argmax actions; else
+        actions drawn by `sample_action` at `temperature`)."""
         k_reset, k_steps = jax.random.split(key)
         n_episodes = graphs.shape[0]
         graphs = self.shard(graphs)
@@ -179,7 +186,7 @@ class Trainer:
             if greedy:
                 action = jnp.argmax(logits, axis=-1)
             else:
-                action = jax.random.categorical(step_key, logits)
+                action = sample_action(step_key, logits, temperature)
             active = state.t < self.env.n_steps(state.graph, env_params)
             record = (state.placement.astype(jnp.int8), state.start, action, active)
             state, obs, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
@@ -222,14 +229,20 @@ class Trainer:
         }
 
     def sample(
-        self, key: jax.Array, params: Any, env_params: EnvParams, count: int
+        self,
+        key: jax.Array,
+        params: Any,
+        env_params: EnvParams,
+        count: int,
+        temperature: jax.Array | float = 1.0,
     ) -> dict[str, jax.Array]:
-        """`count` (static) sampled episodes on each of the K graphs of `env_params.graphs`:
-        "visited" [T + 1, K * count, N] int8, every placement they visited (the initial one
-        first), and "runtime" [T + 1, K * count], each one's runtime in the env's units; graph
-        k's episodes are columns k * count to (k + 1) * count - 1."""
+        """`count` (static) sampled episodes on each of the K graphs of `env_params.graphs`, at
+        `temperature` (traced: one compile for all): "visited" [T + 1, K * count, N] int8, every
+        placement they visited (the initial one first), and "runtime" [T + 1, K * count], each
+        one's runtime in the env's units; graph k's episodes are columns k * count to
+        (k + 1) * count - 1."""
         graphs = jnp.repeat(env_params.graphs, count)
-        rollout, state = self.rollout(key, params, graphs, env_params, greedy=False)
+        rollout, state = self.rollout(key, params, graphs, env_params, False, temperature)
         done = jnp.concatenate([jnp.zeros_like(rollout.reward[:1]), rollout.reward]).cumsum(0)
         return {"visited": _visited(rollout, state), "runtime": rollout.initial_runtime - done}
 
@@ -362,6 +375,12 @@ class Trainer:
         )
 
 
+def sample_action(key: jax.Array, logits: jax.Array, temperature: jax.Array | float) -> jax.Array:
+    """[...] int: a device drawn from softmax(logits / temperature) over the last axis of
+    `logits` [..., D]; temperature 1 is the policy's own distribution, bit for bit."""
+    return jax.random.categorical(key, logits / temperature)
+
+
 def _visited(rollout: Rollout, state: EnvState) -> jax.Array:
     """[T + 1, B, N] int8: the placement before every step, then the final one."""
     return jnp.concatenate([rollout.placement, state.placement[None].astype(jnp.int8)])
@@ -379,7 +398,8 @@ class Train(NamedTuple):
     updates: Callable[..., tuple[TrainState, dict[str, jax.Array]]]
     # (state, hyper, env_params, count=K static) -> (state, metrics [K])
     greedy: Callable[[Any, EnvParams], dict[str, jax.Array]]  # (params, env_params) -> arrays [K]
-    sample: Callable[..., dict[str, jax.Array]]  # (key, params, env_params, count=C static)
+    sample: Callable[..., dict[str, jax.Array]]
+    # (key, params, env_params, count=C static, temperature=1.0) -> visited, runtime
     env_params: EnvParams  # the whole bank, every graph played (replicated on the mesh)
     hyper: Hyper  # the config's learning rate and entropy weight
     trainer: Trainer  # the static parts (shapes, config, networks)
