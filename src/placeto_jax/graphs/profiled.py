@@ -12,9 +12,10 @@ kernel time. Per-op medians would not add up: in each run a different few kernel
 on a reduced Inception-V3 step the kernels' medians sum to 11.4 ms where a run's kernels take
 15.0 ms (the step's wall time 15.9 ms).
 The first runs of a freshly compiled program are slower (up to 7x: its buffers are new), so
-`WARMUP_RUNS` runs go first, unprofiled. The first run of every profile is slower too (on
-reduced NMT, 9.7 to 11.1 ms against 8.5: the profiler is starting), so each profile runs
-`SETTLE_RUNS` more and drops them.
+`WARMUP_RUNS` runs go first, unprofiled. Each run is profiled in a profile of its own: within
+one profile, on one core, the runs after the first recorded kernels up to 1.4x slower than the
+first and than the unprofiled step (a reduced GNMT step: 6.1 to 6.6 ms against 4.4, in 3 of 3
+processes), and one-run profiles came within 0.95 to 1.17 of the step.
 
 A `while`, `conditional` or `call` is timed by the kernels it runs: the summed durations of its
 inner kernels' events plus `inner_overhead_us` for each of them (the per-kernel overhead that the
@@ -22,11 +23,10 @@ cluster's `delta1` charges between top-level ops). Its own event is not used: it
 profiler's cost of recording every inner event. Where XLA runs the whole op as one kernel (a
 small loop: no inner events in the run), its own event is its time.
 
-XLA's CPU runtime runs independent kernels of one program at once, on several threads. On fewer
-cores than threads those kernels take turns, and each event's duration holds its neighbours'
-time too: on one core, a reduced NMT step's kernels recorded 14.4 ms in some runs where the step
-took 10.1. So a kernel's time is its share of the processors (`shared_times_ns`): while k
-threads are inside kernels on c cores, each gets min(1, c / k) of that time. Where kernels truly
+XLA's CPU runtime may run independent kernels of one program at once, on several threads. On
+fewer cores than threads those kernels take turns, and each event's duration holds its
+neighbours' time too. So a kernel's time is its share of the processors (`shared_times_ns`):
+while k threads are inside kernels on c cores, each gets min(1, c / k) of that time. Where kernels truly
 ran in parallel (k <= c), each keeps its whole duration, and the simulator (one kernel at a time
 per device) is slower than the program by as much as they overlapped. Each recorded duration
 also holds some of the profiler's own cost, which the costs keep: on one CPU core, a chain of
@@ -51,7 +51,6 @@ from jax.profiler import ProfileData
 from placeto_jax.graphs import hlo
 
 WARMUP_RUNS = 3  # a freshly compiled program's first runs are slower (its buffers are new)
-SETTLE_RUNS = 1  # a profile's first runs are slower (the profiler is starting): dropped
 
 
 def kernel_times_us(
@@ -130,11 +129,17 @@ def entry_times_us(
 def profiled_runs(
     run: Callable[[], None], repeats: int, module: hlo.Module, cores: int | None = None
 ) -> list[dict[str, list[float]]]:
-    """For each of `repeats` calls of `run` under the profiler (after `SETTLE_RUNS` more, whose
-    events are dropped): kernel name -> µs of each event `module`'s kernels recorded, as its
-    share of `cores` processors (`shared_times_ns`), in the order of the runs. Raises
-    RuntimeError if a profile is already being taken, or if the profile records no kernel
-    events (a backend that does not) or cannot tell the runs apart."""
+    """For each of `repeats` calls of `run`, each in a profile of its own: kernel name -> µs of
+    each event `module`'s kernels recorded, as its share of `cores` processors
+    (`shared_times_ns`). Raises RuntimeError if a profile is already being taken, or if a
+    profile records no kernel events (a backend that does not) or more than one run."""
+    return [_profiled_run(run, module, cores) for _ in range(repeats)]
+
+
+def _profiled_run(
+    run: Callable[[], None], module: hlo.Module, cores: int | None
+) -> dict[str, list[float]]:
+    """One call of `run` under the profiler: kernel name -> µs of each of its events."""
     with tempfile.TemporaryDirectory(prefix="placeto_jax_profile_") as folder:
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # kernels only: no tracing of Python calls
@@ -147,50 +152,45 @@ def profiled_runs(
                 "(stop the other trace, or use cost_model='roofline')"
             ) from error
         try:
-            for _ in range(SETTLE_RUNS + repeats):
-                run()
+            run()
         finally:
             jax.profiler.stop_trace()
         (path,) = Path(folder).rglob("*.xplane.pb")
         profile = ProfileData.from_file(str(path))
-    events: dict[int, list[tuple[str, int, int, int]]] = collections.defaultdict(list)
+    recorded, run_ids = [], set()
     lines = (line for plane in profile.planes for line in plane.lines)
     for thread, line in enumerate(lines):
         for event in line.events:
             stats = dict(event.stats)
             if stats.get("hlo_module") == module.name and "hlo_op" in stats:
-                events[stats.get("run_id", 0)].append(
-                    (stats["hlo_op"], thread, event.start_ns, event.duration_ns)
-                )
-    containers = {
-        i.name
-        for computation in module.computations.values()
-        for i in computation
-        if i.is_op and hlo.nested_kernels(module, i)
-    }  # a loop's thread may wait while other threads run its kernels
-    runs: dict[int, dict[str, list[float]]] = {}
-    starts: dict[int, int] = {}  # run id -> ns of its first event
-    for run_id, recorded in events.items():
-        names, threads, begin, duration = zip(*recorded, strict=True)
-        begin = np.asarray(begin, np.float64)
-        working = np.asarray([name not in containers for name in names])
-        times = shared_times_ns(np.asarray(threads), begin, begin + duration, working, cores)
-        runs[run_id] = collections.defaultdict(list)
-        for name, ns in zip(names, times, strict=True):
-            runs[run_id][name].append(float(ns) / 1e3)
-        starts[run_id] = int(begin.min())
-    if not runs:
+                recorded.append((stats["hlo_op"], thread, event.start_ns, event.duration_ns))
+                run_ids.add(stats.get("run_id", 0))
+    if not recorded:
         raise RuntimeError(
             f"the profile of {module.name} on {jax.default_backend()} records no kernel events: "
             "its kernels cannot be measured here (use cost_model='roofline')"
         )
-    if len(runs) != SETTLE_RUNS + repeats:
-        raise RuntimeError(
-            f"the profile of {module.name} holds {len(runs)} runs for {SETTLE_RUNS + repeats} "
-            "calls: its events cannot be told apart by run (use cost_model='roofline')"
-        )
-    in_order = sorted(runs, key=starts.__getitem__)
-    return [runs[run_id] for run_id in in_order[SETTLE_RUNS:]]
+    if len(run_ids) > 1:
+        raise RuntimeError(f"one call of {module.name} ran it {len(run_ids)} times")
+    names, threads, begin, duration = zip(*recorded, strict=True)
+    begin = np.asarray(begin, np.float64)
+    containers = _containers(module)
+    working = np.asarray([name not in containers for name in names])
+    times = shared_times_ns(np.asarray(threads), begin, begin + duration, working, cores)
+    durations: dict[str, list[float]] = collections.defaultdict(list)
+    for name, ns in zip(names, times, strict=True):
+        durations[name].append(float(ns) / 1e3)
+    return durations
+
+
+def _containers(module: hlo.Module) -> frozenset[str]:
+    """Ops whose kernels run inside them (a loop's thread may wait while others run those)."""
+    return frozenset(
+        i.name
+        for computation in module.computations.values()
+        for i in computation
+        if i.is_op and hlo.nested_kernels(module, i)
+    )
 
 
 def shared_times_ns(
