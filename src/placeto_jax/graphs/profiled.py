@@ -26,11 +26,11 @@ small loop: no inner events in the run), its own event is its time.
 XLA's CPU runtime may run independent kernels of one program at once, on several threads. On
 fewer cores than threads those kernels take turns, and each event's duration holds its
 neighbours' time too. So a kernel's time is its share of the processors (`shared_times_ns`):
-while k threads are inside kernels on c cores, each gets min(1, c / k) of that time. Where kernels truly
-ran in parallel (k <= c), each keeps its whole duration, and the simulator (one kernel at a time
-per device) is slower than the program by as much as they overlapped. Each recorded duration
-also holds some of the profiler's own cost, which the costs keep: on one CPU core, a chain of
-800 tiny kernels takes 0.05 µs per kernel unprofiled and records 0.55 µs per event.
+while k threads are inside kernels on c cores, each gets min(1, c / k) of that time. Where
+kernels truly ran in parallel (k <= c), each keeps its whole duration, and the simulator (one
+kernel at a time per device) is slower than the program by as much as they overlapped. Each
+recorded duration also holds some of the profiler's own cost, which the costs keep: on one CPU
+core, a chain of 800 tiny kernels takes 0.05 µs per kernel unprofiled and records 0.55 µs per event.
 """
 
 from __future__ import annotations
