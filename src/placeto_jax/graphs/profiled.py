@@ -133,13 +133,15 @@ def profiled_runs(
     each event `module`'s kernels recorded, as its share of `cores` processors
     (`shared_times_ns`). Raises RuntimeError if a profile is already being taken, or if a
     profile records no kernel events (a backend that does not) or more than one run."""
-    return [_profiled_run(run, module, cores) for _ in range(repeats)]
+    containers = _containers(module)
+    return [_profiled_run(run, module, containers, cores) for _ in range(repeats)]
 
 
 def _profiled_run(
-    run: Callable[[], None], module: hlo.Module, cores: int | None
+    run: Callable[[], None], module: hlo.Module, containers: frozenset[str], cores: int | None
 ) -> dict[str, list[float]]:
-    """One call of `run` under the profiler: kernel name -> µs of each of its events."""
+    """One call of `run` under the profiler: kernel name -> µs of each of its events (the
+    events of `containers` do not make their thread busy, `shared_times_ns`)."""
     with tempfile.TemporaryDirectory(prefix="placeto_jax_profile_") as folder:
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # kernels only: no tracing of Python calls
@@ -174,7 +176,6 @@ def _profiled_run(
         raise RuntimeError(f"one call of {module.name} ran it {len(run_ids)} times")
     names, threads, begin, duration = zip(*recorded, strict=True)
     begin = np.asarray(begin, np.float64)
-    containers = _containers(module)
     working = np.asarray([name not in containers for name in names])
     times = shared_times_ns(np.asarray(threads), begin, begin + duration, working, cores)
     durations: dict[str, list[float]] = collections.defaultdict(list)
