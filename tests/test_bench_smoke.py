@@ -162,9 +162,10 @@ def test_scaling_and_memory_summaries():
     ]
 
 
+@pytest.mark.slow  # about 40 s of CPU
 def test_gpu_bench_quick_on_cpu(tmp_path):
-    """bench_gpu.py in its small CPU mode, in the default suite so that CI runs `make bench-gpu`'s
-    script: simulator rows and the trainer's rate, printed as a table and written as JSON."""
+    """bench_gpu.py in its small CPU mode (`make test-slow` runs `make bench-gpu`'s script):
+    simulator rows and the trainer's rate, printed as a table and written as JSON."""
     out = tmp_path / "gpu.json"
     cmd = [sys.executable, str(GPU_SCRIPT), "--quick", "--min-time", "0.01", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)

@@ -58,6 +58,7 @@ SOME_FILES = [
 
 
 @needs_data
+@pytest.mark.slow  # about 60 s of CPU; the default suite keeps the baselines' classes below
 def test_placeto_trains_places_and_evaluates_benchmark_files(tmp_path, capsys):
     assert all(path in FILES for path in SOME_FILES)
     train_place_and_evaluate(SOME_FILES, tmp_path, capsys)

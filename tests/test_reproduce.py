@@ -231,6 +231,7 @@ def test_a_folder_without_benchmark_graphs_is_a_clear_error(tmp_path):
 
 
 # ---------------------------------------------------------------------- Placeto per graph
+@pytest.mark.slow  # about 35 s of CPU
 def test_placeto_trains_each_graph_of_a_bench_with_one_compiled_program():
     config = make_config(
         None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.config import make_config
@@ -51,6 +52,7 @@ def test_same_seed_and_config_give_identical_parameters():
     assert metrics["train/loss"].shape == (2,)
 
 
+@pytest.mark.slow  # about 35 s of CPU; test_sweep checks vmapped grid points in the default suite
 def test_train_vmaps_over_seeds_and_learning_rates():
     config, bank = _setup(1)
     train = make_train(config, bank, CLUSTER).run
