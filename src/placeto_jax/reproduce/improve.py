@@ -24,6 +24,7 @@ from placeto_jax.placers import PlacerResult, best_heuristic
 from placeto_jax.reproduce.benchmarks import benchmark_cases
 from placeto_jax.reproduce.output import Recorder
 from placeto_jax.reproduce.placeto import PlacetoBench
+from placeto_jax.reproduce.programs import release_compiled_programs
 from placeto_jax.reproduce.starts import started
 from placeto_jax.rl.evaluate import Placement, place_with
 from placeto_jax.rl.loop import cluster_of, load_graphs
@@ -81,8 +82,7 @@ class Settings:
 
 PRESETS = {
     "quick": Settings(
-        # nmt left out: its part ran out of memory twice on the shared 23 GB development machine
-        families=("cifar10", "ptb"),
+        families=("cifar10", "ptb", "nmt"),
         devices=4,
         family=("train.iterations=30", "train.episodes=24"),
         bench=("train.iterations=10", "train.episodes=16", "run.group_target=32"),
@@ -143,6 +143,7 @@ def run_improve(
         _write(recorder, outcomes, settings)
         path = recorder.finish({**header, "parts done": parts[: parts.index(part) + 1]},
                                [settings.seed], NOTES)  # fmt: skip
+        release_compiled_programs()  # each part compiles its own: keep the process's mappings low
     return path
 
 
