@@ -18,7 +18,7 @@ per-kernel overhead per inner kernel. The simulated step (one device, `pj.simula
 overhead as `delta1`) is compared with the median wall time of one step of a training loop on
 the same arrays (parameters, optimizer and model state donated and fed back, as a training loop
 runs it and as the HLO graphs are traced). A step's wall time also holds the host's call of the
-program (dispatching each of its arrays, about 1.6 µs apiece), which no placement changes and
+program (dispatching each of its arrays, about 1.4 µs apiece), which no placement changes and
 the simulated program does not hold: it is measured on its own (a jitted identity on the same
 arguments, donated and fed back, `host_call_us`) and reported with the ratio it gives added to
 the simulated step. The wall times and the profile come from one loop,
