@@ -128,6 +128,17 @@ def test_the_best_start_is_the_fastest_fast_heuristic_on_the_grouped_graph():
         start_result(pg, CLUSTER, "nope", jax.random.key(0))
 
 
+def test_the_best_op_start_runs_the_heuristics_on_the_op_graph_and_is_kept_exactly():
+    pg = prepare("chains", two_chains(), group_target=1)  # one node: one device only
+    assert start_result(pg, CLUSTER, "best", jax.random.key(0)).makespan == pytest.approx(400.0)
+    best_op = start_result(pg, CLUSTER, "best-op", jax.random.key(0))
+    assert best_op.makespan == pytest.approx(200.0)  # a chain on each device
+    (started_pg,) = started([pg], CLUSTER, "best-op", jax.random.key(0))
+    assert started_pg.start.name == f"{best_op.method} (best-op)"
+    assert started_pg.n_units == 2  # regrouped within the start: one node per chain
+    np.testing.assert_array_equal(started_pg.expand(started_pg.start.placement), best_op.placement)
+
+
 def test_summary_counts_strict_gains_against_each_start():
     def outcome(start_ms: float, placeto_ms: float) -> Outcome:
         placed = Placement("g", np.zeros(4, int), placeto_ms * 1e3, 0.0, 0.0, np.zeros(2), True,

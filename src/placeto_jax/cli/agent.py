@@ -156,9 +156,10 @@ def add_start_option(parser: argparse.ArgumentParser, default: str | None) -> No
         "--start",
         default=default,
         metavar="START",
-        help=f"episodes start from: {', '.join(STARTS)} (the fastest of METIS, HEFT, m-ETF, "
-        "m-SCT), each run on the grouped graph, or a placement FILE; anything but random is "
-        f"improve mode: the result is never slower than the start (default: {shown})",
+        help=f"episodes start from: {', '.join(STARTS)} (best: the fastest of METIS, HEFT, "
+        "m-ETF, m-SCT, each run on the grouped graph; best-op: the same on the op graph, the "
+        "graph regrouped within it), or a placement FILE; anything but random is improve "
+        f"mode: the result is never slower than the start (default: {shown})",
     )
 
 

@@ -2,9 +2,11 @@
 
 A fast heuristic (or single device) is run on the grouped graph the agent places, so that it
 keeps every decision unit on one device, then expanded onto the op graph and scored there;
-`best` is the fastest of `placers.FAST_HEURISTICS` (fitting memory first); a placement file is
-read onto the op graph, and the graph is regrouped within it when it splits a unit
-(`env.start.with_start`).
+`best` is the fastest of `placers.FAST_HEURISTICS` (fitting memory first). `best-op` runs those
+heuristics on the op graph itself, where they are usually faster than on the grouped graph
+(they may split its units), and a placement file is read onto the op graph: for both, the
+graph is regrouped within the start when the start splits a unit (`env.start.with_start`), so
+the start is kept exactly.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from placeto_jax.placers import FAST_HEURISTICS, METHODS, PlacerResult, scored
 from placeto_jax.placers.base import Solution
 
 START_METHODS = ("single", *FAST_HEURISTICS)
-STARTS = ("random", *START_METHODS, "best")  # or a placement file
+STARTS = ("random", *START_METHODS, "best", "best-op")  # or a placement file
 
 
 def heuristic_start(
@@ -37,12 +39,22 @@ def heuristic_start(
     return scored(name, op_graph, cluster, placement, time.perf_counter() - began)
 
 
+def op_graph_start(pg: PlacementGraph, cluster: Cluster, name: str, key: jax.Array) -> PlacerResult:
+    """Method `name` of `START_METHODS` on the op graph of `pg` (it may split `pg`'s units)."""
+    began = time.perf_counter()
+    op_graph = pg.op_graph or pg.graph
+    solution = METHODS[name].solve(op_graph, cluster, key, None)
+    return scored(name, op_graph, cluster, solution, time.perf_counter() - began)
+
+
 def start_result(pg: PlacementGraph, cluster: Cluster, spec: str, key: jax.Array) -> PlacerResult:
     """The start `spec` names for `pg` (a `PlacerResult` of its op graph): a method of
-    `START_METHODS`, "best" (the fastest fast heuristic, fitting memory first), or a placement
-    file. ValueError for anything else, or a file that does not place the op graph."""
-    if spec == "best":
-        results = [heuristic_start(pg, cluster, m, key) for m in FAST_HEURISTICS]
+    `START_METHODS`, "best" (the fastest fast heuristic on the grouped graph, fitting memory
+    first), "best-op" (the same on the op graph), or a placement file. ValueError for anything
+    else, or a file that does not place the op graph."""
+    if spec in ("best", "best-op"):
+        start = heuristic_start if spec == "best" else op_graph_start
+        results = [start(pg, cluster, m, key) for m in FAST_HEURISTICS]
         return min(results, key=lambda r: (not r.fits_memory, r.makespan))
     if spec in START_METHODS:
         return heuristic_start(pg, cluster, spec, key)
@@ -64,10 +76,10 @@ def started(
     graphs: list[PlacementGraph], cluster: Cluster, spec: str, key: jax.Array
 ) -> list[PlacementGraph]:
     """`graphs` whose episodes start from `spec` (`start_result`), each start named by the
-    method that made it ("m-sct (best)" for `best`)."""
+    method that made it ("m-sct (best)" for `best`, "m-sct (best-op)" for `best-op`)."""
     out = []
     for pg in graphs:
         result = start_result(pg, cluster, spec, key)
-        name = f"{result.method} (best)" if spec == "best" else result.method
+        name = f"{result.method} ({spec})" if spec in ("best", "best-op") else result.method
         out.append(with_start(pg, result.placement, name, cluster.n_devices, cluster.delta1))
     return out
