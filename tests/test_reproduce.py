@@ -18,7 +18,7 @@ from placeto_jax.cli import main
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
 from placeto_jax.plotting import draw_learning_curves
-from placeto_jax.reproduce import benchmarks, generalization, table1
+from placeto_jax.reproduce import benchmarks, generalization, improve, table1
 from placeto_jax.reproduce.output import (
     Recorder,
     cell,
@@ -270,6 +270,22 @@ def test_reproduce_benchmarks_without_data_is_a_usage_error(capsys, tmp_path):
     assert main(["reproduce", "all", "--data", str(data), "--out", str(tmp_path / "out")]) == 2
     assert "no benchmark graphs" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["data"]  # nothing written
+
+
+def test_reproduce_improve_takes_its_start_and_other_experiments_refuse_one(
+    capsys, tmp_path, monkeypatch
+):
+    assert main(["reproduce", "table1", "--start", "best-op", "--out", str(tmp_path)]) == 2
+    assert "--start is for `reproduce improve`, not table1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown improve start 'worst'"):
+        improve.run_improve(tmp_path, start="worst")
+    calls = []
+    monkeypatch.setattr(improve, "run_improve", lambda *args: calls.append(args) or tmp_path)
+    assert main(["reproduce", "improve", "--start", "best-op", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "improve", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert calls == [(str(tmp_path), "quick", True, None, "best-op"),
+                     (str(tmp_path), "quick", False, None, "best")]  # fmt: skip
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 # ---------------------------------------------------------------------- end to end (slow)

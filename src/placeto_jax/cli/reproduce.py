@@ -58,12 +58,20 @@ def add_reproduce_command(commands) -> None:
         help="benchmark graph folder (msr-fiddle format), for `benchmarks`, `improve`, "
         "`efficiency` and `all`",
     )
+    parser.add_argument(
+        "--start",
+        choices=("best", "best-op"),
+        help="improve only: the starts, the fastest fast heuristic run on the grouped graph "
+        "(best, the default) or on the op graph (best-op; written to OUT/improve-best-op/)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(command=_reproduce)
 
 
 def _reproduce(args: argparse.Namespace) -> int:
     chosen = PAPER if args.experiment == "all" else (args.experiment,)
+    if args.start is not None and args.experiment != "improve":
+        raise ValueError(f"--start is for `reproduce improve`, not {args.experiment}")
     if args.data is not None and not Path(args.data).is_dir():
         raise ValueError(f"--data {args.data!r} is not a folder")
     if "benchmarks" in chosen:
@@ -76,12 +84,12 @@ def _reproduce(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     for name in chosen:
         began = time.perf_counter()
-        path = _run(name, args.out, args.preset, args.data, progress)
+        path = _run(name, args.out, args.preset, args.data, progress, args.start or "best")
         print(f"{name}: wrote {path} ({time.perf_counter() - began:.0f} s)", flush=True)
     return 0
 
 
-def _run(name: str, out: str, preset: str, data: str | None, progress: bool) -> Path:
+def _run(name: str, out: str, preset: str, data: str | None, progress: bool, start: str) -> Path:
     if name == "table1":
         from placeto_jax.reproduce.table1 import run_table1
 
@@ -101,7 +109,7 @@ def _run(name: str, out: str, preset: str, data: str | None, progress: bool) -> 
     if name == "improve":
         from placeto_jax.reproduce.improve import run_improve
 
-        return run_improve(out, preset, progress, data)
+        return run_improve(out, preset, progress, data, start)
     from placeto_jax.reproduce.benchmarks import run_benchmarks
 
     return run_benchmarks(out, data, preset, progress)

@@ -31,6 +31,7 @@ from placeto_jax.rl.loop import cluster_of, load_graphs
 from placeto_jax.rl.train import Train, make_train
 
 MS = 1e3  # µs
+IMPROVE_STARTS = ("best", "best-op")  # the fastest fast heuristic on the grouped / op graph
 TARGET_SHARE = 0.75  # of the graphs: strictly faster than the start
 TARGET_GAIN = 0.03  # mean of 1 - placeto / start
 
@@ -78,6 +79,7 @@ class Settings:
     train_graphs: int = 24  # the first graphs of each family's train split that it trains on
     folders: tuple[str, ...] = ()  # top-level folders of the benchmark data to read; (): all
     seed: int = 0
+    start: str = "best"  # the best fast heuristic on the grouped graph, or "best-op": op graph
 
 
 PRESETS = {
@@ -114,13 +116,21 @@ class Outcome:
 
 
 def run_improve(
-    root: str | Path, preset: str = "quick", progress: bool = True, data: str | None = None
+    root: str | Path,
+    preset: str = "quick",
+    progress: bool = True,
+    data: str | None = None,
+    start: str = "best",
 ) -> Path:
-    """The improve experiment: per graph, the start and every variant's makespan; per source
-    and variant, the share of graphs strictly faster than the start and the mean gain."""
-    settings = PRESETS[preset]
+    """The improve experiment from starts `start` (`IMPROVE_STARTS`), written to
+    `root/improve/` (`root/improve-best-op/` for "best-op"): per graph, the start and every
+    variant's makespan; per source and variant, the share of graphs strictly faster than the
+    start and the mean gain. ValueError for another start."""
+    if start not in IMPROVE_STARTS:
+        raise ValueError(f"unknown improve start {start!r}: choose one of {IMPROVE_STARTS}")
+    settings = dataclasses.replace(PRESETS[preset], start=start)
     cases = benchmark_cases(data, settings.folders) if data else []  # read before any work
-    recorder = Recorder(root, "improve", preset)
+    recorder = Recorder(root, "improve" if start == "best" else f"improve-{start}", preset)
     key = jax.random.key(settings.seed)
     header = {
         "data": data,
@@ -156,8 +166,8 @@ def family_outcomes(family: str, settings: Settings, key: jax.Array) -> list[Out
     config = family_config(settings)
     cluster = cluster_of(config)
     train = load_graphs(f"family:{family}/train", config)[: settings.train_graphs]
-    train = started(train, cluster, "best", key)
-    test = started(load_graphs(f"family:{family}/test", config), cluster, "best", key)
+    train = started(train, cluster, settings.start, key)
+    test = started(load_graphs(f"family:{family}/test", config), cluster, settings.start, key)
     params = {
         origin: trained(_from(config, origin), train, cluster, key)
         for origin in ("random", "start")
@@ -206,7 +216,7 @@ def bench_outcomes(cases, settings: Settings, key: jax.Array, progress: bool) ->
         config = make_config("tiny", list(settings.bench), n_devices=n_devices)
         cluster = group[0].cluster
         graphs = [prepare(c.file, c.graph, config.run.group_target, cluster.delta1) for c in group]
-        graphs = started(graphs, cluster, "best", key)
+        graphs = started(graphs, cluster, settings.start, key)
         benches = {o: PlacetoBench(_from(config, o), graphs, cluster) for o in ("random", "start")}
         for i, pg in enumerate(graphs):
             placed = _bench_placed(benches, i, settings.samples, key)
@@ -297,11 +307,13 @@ def _write(recorder: Recorder, outcomes: list[Outcome], settings: Settings) -> N
         "per_graph",
         f"Per graph: improve mode (start-trained policy, K = {settings.samples}) from the start",
         rows,
-        note="`start`: the best fast heuristic (METIS, HEFT, m-ETF, m-SCT) run on the grouped "
-        "graph Placeto places, scored exactly on the op graph (`start ms`); every number of the "
+        note="`start`: the best fast heuristic (METIS, HEFT, m-ETF, m-SCT) run on the "
+        + START_WHERE[settings.start]
+        + ", scored exactly on the op graph (`start ms`); every number of the "
         "row starts from it except `paper ms` (the paper's configuration: a policy trained from "
         "random placements, one greedy episode from a random placement). `op-graph heuristic` "
-        "is the best fast heuristic run on the full op graph: a reference, not the start. "
+        "is the best fast heuristic run on the full op graph (with `best-op` starts, the start "
+        "itself; else a reference). "
         "`T = t ms`: the improve variant with its K episodes sampled at temperature t (logits "
         "divided by t), from the same start. "
         "Makespans are exact op-graph simulations; `exact evaluations`: distinct placements "
@@ -326,9 +338,15 @@ def _write(recorder: Recorder, outcomes: list[Outcome], settings: Settings) -> N
     )
 
 
+START_WHERE = {
+    "best": "grouped graph Placeto places",
+    "best-op": "op graph (the graph regrouped within its placement, so that Placeto can keep "
+    "it exactly)",
+}
 NOTES = """
 Improve mode (docs/agent.md, "Improve mode"): episodes start from a given placement, here the
-best fast heuristic's on the grouped graph, and the placement returned is the best that the
+best fast heuristic's, on the grouped graph (`improve/`) or on the op graph (`improve-best-op/`,
+`reproduce improve --start best-op`), and the placement returned is the best that the
 episodes visited, ranked by exact simulation of the op graph, the start included, so it is never
 slower than the start (among placements that fit memory). The family policies are trained on
 each family's train split (tiny preset) twice: from random placements (the paper) and from the

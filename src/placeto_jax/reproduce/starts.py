@@ -20,7 +20,7 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.env.bank import PlacementGraph
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs.placements import load_placement
-from placeto_jax.placers import FAST_HEURISTICS, METHODS, PlacerResult, scored
+from placeto_jax.placers import FAST_HEURISTICS, METHODS, PlacerResult, best_heuristic, scored
 from placeto_jax.placers.base import Solution
 
 START_METHODS = ("single", *FAST_HEURISTICS)
@@ -39,23 +39,16 @@ def heuristic_start(
     return scored(name, op_graph, cluster, placement, time.perf_counter() - began)
 
 
-def op_graph_start(pg: PlacementGraph, cluster: Cluster, name: str, key: jax.Array) -> PlacerResult:
-    """Method `name` of `START_METHODS` on the op graph of `pg` (it may split `pg`'s units)."""
-    began = time.perf_counter()
-    op_graph = pg.op_graph or pg.graph
-    solution = METHODS[name].solve(op_graph, cluster, key, None)
-    return scored(name, op_graph, cluster, solution, time.perf_counter() - began)
-
-
 def start_result(pg: PlacementGraph, cluster: Cluster, spec: str, key: jax.Array) -> PlacerResult:
     """The start `spec` names for `pg` (a `PlacerResult` of its op graph): a method of
     `START_METHODS`, "best" (the fastest fast heuristic on the grouped graph, fitting memory
     first), "best-op" (the same on the op graph), or a placement file. ValueError for anything
     else, or a file that does not place the op graph."""
-    if spec in ("best", "best-op"):
-        start = heuristic_start if spec == "best" else op_graph_start
-        results = [start(pg, cluster, m, key) for m in FAST_HEURISTICS]
+    if spec == "best":
+        results = [heuristic_start(pg, cluster, m, key) for m in FAST_HEURISTICS]
         return min(results, key=lambda r: (not r.fits_memory, r.makespan))
+    if spec == "best-op":
+        return best_heuristic(pg.op_graph or pg.graph, cluster, key)
     if spec in START_METHODS:
         return heuristic_start(pg, cluster, spec, key)
     check_start(spec)
