@@ -145,3 +145,19 @@ def test_expert_propagation_follows_the_largest_input():
         [1.0] * 5, [10.0, 20.0, 5.0, 0.0, 1.0], [(0, 2), (1, 2), (2, 3), (4, 3)]
     )
     assert propagate(graph, np.array([0, 1, -1, -1, -1])).tolist() == [0, 1, 1, 1, 1]
+
+
+def test_metis_parts_keep_classes_together_and_split_independent_chains():
+    from placeto_jax.placers.partition import metis_parts
+
+    chains = _chains(4, 5)  # four independent chains: a cut of zero bytes exists
+    parts = metis_parts(chains, 4)
+    assert sorted(set(parts.tolist())) == [0, 1, 2, 3]
+    assert all(len(set(parts[c * 5 : c * 5 + 5].tolist())) == 1 for c in range(4))
+    groups = np.full(20, -1)
+    groups[[0, 19]] = 0  # the first op of chain 0 and the last of chain 3 share a device
+    tied = Graph.from_edges(chains.cost, chains.out_bytes, chains.edges, colocation=groups)
+    tied_parts = metis_parts(tied, 2)
+    assert tied_parts[0] == tied_parts[19]
+    with pytest.raises(ValueError, match="2 to 20 parts"):
+        metis_parts(chains, 21)

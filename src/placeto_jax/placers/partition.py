@@ -27,21 +27,29 @@ WEIGHT_SCALE = 10_000  # largest integer weight handed to METIS
 def metis(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:
     """The best of the METIS partitions into 1..D parts, mapped heaviest part to fastest device."""
     del key, budget
-    vertex_of, n_vertices = _contract(graph)
-    adjacency, eweights = _adjacency(graph, vertex_of, n_vertices)
-    vweights = np.zeros(n_vertices)
-    np.add.at(vweights, vertex_of, graph.cost)
-    vweights = _integer_weights(vweights)
+    n_vertices = int(graph.colocation_classes.max()) + 1
     candidates = [np.zeros(graph.n_ops, dtype=np.int64)]
-    for k in range(2, cluster.n_devices + 1):
-        if n_vertices < k:
-            break
-        _, parts = pymetis.part_graph(k, adjacency, vweights=vweights, eweights=eweights)
-        candidates.append(_to_devices(np.asarray(parts)[vertex_of], graph.cost, cluster))
+    for k in range(2, min(cluster.n_devices, n_vertices) + 1):
+        candidates.append(_to_devices(metis_parts(graph, k), graph.cost, cluster))
     candidates = np.stack(candidates)
     result = simulate(graph, cluster, candidates)  # a small batch: compiles faster than Scorer's
     scores = penalised_makespan(result.makespan, result.peak_memory, cluster)
     return Solution(candidates[int(np.argmin(scores))], len(candidates))
+
+
+def metis_parts(graph: Graph, k: int) -> np.ndarray:
+    """[N] int64 part in [0, k) of each op: METIS's k-way partition of the contracted graph
+    (co-located ops in one part). ValueError unless 2 <= k <= the contracted vertex count."""
+    vertex_of, n_vertices = _contract(graph)
+    if not 2 <= k <= n_vertices:
+        raise ValueError(f"METIS needs 2 to {n_vertices} parts here, got {k}")
+    adjacency, eweights = _adjacency(graph, vertex_of, n_vertices)
+    vweights = np.zeros(n_vertices)
+    np.add.at(vweights, vertex_of, graph.cost)
+    _, parts = pymetis.part_graph(
+        k, adjacency, vweights=_integer_weights(vweights), eweights=eweights
+    )
+    return np.asarray(parts, dtype=np.int64)[vertex_of]
 
 
 def _contract(graph: Graph) -> tuple[np.ndarray, int]:
