@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import numpy as np
 
 import placeto_jax as pj
 from placeto_jax.env.bank import PlacementGraph, prepare
-from placeto_jax.files import atomic_write
+from placeto_jax.files import write_json
 from placeto_jax.graphs.registry import load
 from placeto_jax.placers import best_heuristic, scored
 from placeto_jax.placers.base import Solution
@@ -89,11 +88,9 @@ def main(argv: list[str] | None = None) -> int:
               *(f"{c:>20}" for c in cells), flush=True)  # fmt: skip
     geomean = {g: float(np.exp(np.mean([np.log(r[g]["ratio"]) for r in rows]))) for g in groupings}
     print(f"{'geometric mean':<48}", *(f"{geomean[g]:>20.3f}" for g in groupings))
-    out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"family": args.family, "devices": args.devices, "cluster": "placeto-k80",
                "rows": rows, "geometric mean": geomean}  # fmt: skip
-    with atomic_write(out) as f:
-        f.write(json.dumps(payload, indent=1).encode())
+    write_json(out, payload)
     print(f"wrote {out}")
     return 0
 

@@ -35,3 +35,17 @@ def test_missing_directory_names_the_target(tmp_path):
         pass
     assert info.value.filename == str(target)
     assert os.listdir(tmp_path) == []
+
+
+def test_write_json_creates_the_folder_and_leaves_no_file_for_a_bad_payload(tmp_path):
+    import json
+
+    from placeto_jax.files import write_json
+
+    path = tmp_path / "new" / "out.json"
+    write_json(path, {"a": [1, 2.5]})
+    assert json.loads(path.read_text()) == {"a": [1, 2.5]}
+    bad = tmp_path / "bad.json"
+    with pytest.raises(TypeError):
+        write_json(bad, {"a": object()})
+    assert not bad.exists() and sorted(os.listdir(tmp_path)) == ["new"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -29,3 +30,12 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json(path: str | os.PathLike, payload: object) -> None:
+    """`payload` as indented JSON at `path` (its folder created), atomically; it is encoded
+    before anything is written, so a payload that is not JSON leaves no file."""
+    text = json.dumps(payload, indent=1) + "\n"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path) as file:
+        file.write(text.encode())
