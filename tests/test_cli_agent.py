@@ -88,6 +88,7 @@ def test_place_json_has_the_documented_fields(run_dir, capsys, tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_eval_prints_one_row_per_graph(run_dir, capsys):
     assert (
         main(["eval", "--checkpoint", str(run_dir), "--graphs", "example:diamond,layered:9"]) == 0

@@ -111,6 +111,7 @@ def _methods_keep_classes(path: Path) -> None:
         assert classes_on_one_device(graph, placement), (path.name, name)
 
 
+@pytest.mark.slow
 @needs_data
 def test_every_baseline_keeps_the_classes_of_a_training_operator_graph():
     _methods_keep_classes(TRAINING[0])

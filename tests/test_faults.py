@@ -134,6 +134,7 @@ def test_a_stale_lock_is_taken_over_and_released(trained, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------- 3. changed graphs
+@pytest.mark.slow
 def test_a_resume_with_a_changed_graph_is_refused(tmp_path, capsys):
     path = tmp_path / "g.json"
     pj.save_graph(GRAPH, path)
@@ -234,6 +235,7 @@ def test_an_unreachable_coordinator_times_out_with_its_address(tmp_path):
 
 
 # ---------------------------------------------------------------------- 6. Ctrl-C
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_the_resume_ends_where_a_whole_run_ends(trained, tmp_path):
     config = make_config(None, TINY[4::2], n_devices=2)  # the --set values of TINY
     graphs = [prepare("example:diamond", pj.resolve_graph("example:diamond"))]

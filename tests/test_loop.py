@@ -37,6 +37,7 @@ def finished(tmp_path_factory):
     return workdir, _run(workdir)
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_to_the_uninterrupted_state(finished, tmp_path):
     _, full = finished
     stopped = _run(tmp_path, stop_at=5)  # "killed" after update 5; last checkpoint at 4

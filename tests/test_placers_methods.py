@@ -92,6 +92,7 @@ def test_two_equal_chains_split(name):
     assert placement[0] != placement[3]
 
 
+@pytest.mark.slow
 def test_search_budget_is_counted():
     graph, cluster = layered(30, seed=6), Cluster(n_devices=2)
     assert run_method("random-search", graph, cluster, KEY, budget=300).evaluations == 300

@@ -21,6 +21,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_four_devices_give_the_one_device_parameters(tmp_path):
     out = tmp_path / "params.npz"
     subprocess.run([sys.executable, str(WORKER), "mesh", str(out)], check=True, timeout=600)

@@ -135,6 +135,7 @@ def test_batch_equals_loop():
             np.testing.assert_array_equal(getattr(batch, field)[b], getattr(one, field))
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("exact")
 def test_explicit_vmap_equals_loop_on_padded_function():
     graph = layered(40, seed=2)

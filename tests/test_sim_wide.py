@@ -63,14 +63,14 @@ def _check(seeds, row: int, block: int) -> None:
                     )
 
 
-def test_wide_loop_equals_the_reference_on_every_fourth_random_case():
-    """Rows of 2 consumers, blocks of 4 slots (16 blocks): 130 cases x 4 placements, exact."""
-    _check(range(0, 520, 4), row=2, block=4)
+def test_wide_loop_equals_the_reference_on_every_eighth_random_case():
+    """Rows of 2 consumers, blocks of 4 slots (16 blocks): 65 cases x 4 placements, exact."""
+    _check(range(0, 520, 8), row=2, block=4)
 
 
 @pytest.mark.slow
 def test_wide_loop_equals_the_reference_on_the_other_random_cases():
-    _check([seed for seed in range(520) if seed % 4], row=2, block=4)
+    _check([seed for seed in range(520) if seed % 8], row=2, block=4)
 
 
 @pytest.mark.slow
@@ -100,6 +100,7 @@ def test_simulate_takes_the_wide_loop_for_wide_graphs_and_stays_exact():
             np.testing.assert_array_equal(got.peak_memory[b], want.peak_memory)
 
 
+@pytest.mark.slow
 def test_wide_loop_equals_the_scan_loop_in_float32():
     """Times as float32 bit patterns order as the floats do: both loops agree to the bit."""
     with precision.scope(np.float32):

@@ -117,6 +117,7 @@ def test_the_trained_policy_splits_two_chains_over_two_devices():
     assert float(metrics["train/final_runtime"][-5:].mean()) < 0.7
 
 
+@pytest.mark.slow
 def test_gradient_chunks_do_not_change_the_gradient():
     # 8 steps in chunks of 3 (padded to 9) against one chunk of 8.
     grads = []
@@ -155,6 +156,7 @@ def test_episodes_are_spread_over_the_graphs_of_each_update():
         assert got == expected
 
 
+@pytest.mark.slow
 def test_the_global_x64_flag_does_not_change_a_run():
     # Precision is explicit (float32 env parameters and accumulators): a caller that turned
     # 64-bit types on gets bit-identical parameters and metrics.
