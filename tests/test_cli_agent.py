@@ -49,6 +49,7 @@ def test_train_prints_a_table_and_resumes(run_dir, capsys):
     assert "example:diamond" in out and "layered:12" in out and str(run_dir) in out
 
 
+@pytest.mark.slow
 def test_place_json_has_the_documented_fields(run_dir, capsys, tmp_path):
     output = tmp_path / "placement.json"
     assert (

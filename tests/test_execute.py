@@ -140,6 +140,7 @@ def test_parse_sizes():
         parse_sizes(["layers"])
 
 
+@pytest.mark.slow
 def test_cli_json_has_the_keys(capsys):
     argv = ["execute", *ZOO, "--devices", "1", "--cost-model", "roofline", "--repeats", "2"]
     assert main([*argv, "--json"]) == 0

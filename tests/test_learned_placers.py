@@ -76,6 +76,7 @@ def test_hand_derived_makespans():
     assert _makespan(ONE_CHAIN, np.zeros(12, int)) == pytest.approx(SINGLE)
 
 
+@pytest.mark.slow
 def test_budget_and_curve(method):
     solution, curve = _train(method, TWO_CHAINS, budget=40)  # batches of 16, 16, 8
     assert solution.evaluations == 40
