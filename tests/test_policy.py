@@ -55,7 +55,9 @@ def test_neighbour_sums_by_hand():
         neighbour_sum(x, senders, receivers, mask, "sideways")
 
 
-@pytest.mark.parametrize("schedule", ["radial", "sweep", "none"])
+@pytest.mark.parametrize(
+    "schedule", [pytest.param("radial", marks=pytest.mark.slow), "sweep", "none"]
+)
 def test_logits_do_not_depend_on_padding(schedule):
     graph = [prepare("cnn", generators.branchy_cnn(2, seed=1))]
     bank_small, small = _observations(graph)

@@ -65,6 +65,7 @@ def test_train_vmaps_over_seeds_and_learning_rates():
     )
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_skips_the_update_and_counts_it():
     config, bank = _setup(1)
     run = make_train(config, bank, CLUSTER)
