@@ -12,6 +12,8 @@ communication dominates).
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pymetis
@@ -27,10 +29,10 @@ WEIGHT_SCALE = 10_000  # largest integer weight handed to METIS
 def metis(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:
     """The best of the METIS partitions into 1..D parts, mapped heaviest part to fastest device."""
     del key, budget
-    n_vertices = int(graph.colocation_classes.max()) + 1
+    problem = _Problem.of(graph)
     candidates = [np.zeros(graph.n_ops, dtype=np.int64)]
-    for k in range(2, min(cluster.n_devices, n_vertices) + 1):
-        candidates.append(_to_devices(metis_parts(graph, k), graph.cost, cluster))
+    for k in range(2, min(cluster.n_devices, problem.n_vertices) + 1):
+        candidates.append(_to_devices(problem.parts(k), graph.cost, cluster))
     candidates = np.stack(candidates)
     result = simulate(graph, cluster, candidates)  # a small batch: compiles faster than Scorer's
     scores = penalised_makespan(result.makespan, result.peak_memory, cluster)
@@ -40,16 +42,36 @@ def metis(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) ->
 def metis_parts(graph: Graph, k: int) -> np.ndarray:
     """[N] int64 part in [0, k) of each op: METIS's k-way partition of the contracted graph
     (co-located ops in one part). ValueError unless 2 <= k <= the contracted vertex count."""
-    vertex_of, n_vertices = _contract(graph)
-    if not 2 <= k <= n_vertices:
-        raise ValueError(f"METIS needs 2 to {n_vertices} parts here, got {k}")
-    adjacency, eweights = _adjacency(graph, vertex_of, n_vertices)
-    vweights = np.zeros(n_vertices)
-    np.add.at(vweights, vertex_of, graph.cost)
-    _, parts = pymetis.part_graph(
-        k, adjacency, vweights=_integer_weights(vweights), eweights=eweights
-    )
-    return np.asarray(parts, dtype=np.int64)[vertex_of]
+    problem = _Problem.of(graph)
+    if not 2 <= k <= problem.n_vertices:
+        raise ValueError(f"METIS needs 2 to {problem.n_vertices} parts here, got {k}")
+    return problem.parts(k)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    """The contracted graph as METIS takes it, built once for every part count."""
+
+    vertex_of: np.ndarray  # [N] vertex of each op
+    n_vertices: int
+    adjacency: pymetis.CSRAdjacency
+    vweights: np.ndarray  # [n_vertices] integer compute weights
+    eweights: np.ndarray  # integer edge weights, in adjacency order
+
+    @classmethod
+    def of(cls, graph: Graph) -> _Problem:
+        vertex_of, n_vertices = _contract(graph)
+        adjacency, eweights = _adjacency(graph, vertex_of, n_vertices)
+        vweights = np.zeros(n_vertices)
+        np.add.at(vweights, vertex_of, graph.cost)
+        return cls(vertex_of, n_vertices, adjacency, _integer_weights(vweights), eweights)
+
+    def parts(self, k: int) -> np.ndarray:
+        """[N] int64 part of each op in METIS's k-way partition."""
+        _, parts = pymetis.part_graph(
+            k, self.adjacency, vweights=self.vweights, eweights=self.eweights
+        )
+        return np.asarray(parts, dtype=np.int64)[self.vertex_of]
 
 
 def _contract(graph: Graph) -> tuple[np.ndarray, int]:
