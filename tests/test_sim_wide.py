@@ -17,7 +17,7 @@ from placeto_jax import precision
 from placeto_jax.sim import api
 from placeto_jax.sim.core import SimGraph
 from placeto_jax.sim.padded import pad_graph
-from placeto_jax.sim.wide import simulate_lanes_wide
+from placeto_jax.sim.wide import block_size, simulate_lanes_wide
 from randgraphs import random_case
 
 F64 = np.float64
@@ -121,3 +121,11 @@ def test_wide_loop_equals_the_scan_loop_in_float32():
             assert wide.end.dtype == np.float32
             for a, b in zip(wide, scan, strict=True):
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"seed {seed}")
+
+
+def test_block_size_is_the_power_of_two_nearest_the_root_of_devices_times_slots():
+    # sqrt(4 * 256) = 32; sqrt(4 * 392) = 39.6 -> 2^5.31 -> 32; sqrt(4 * 640) = 50.6 -> 2^5.66
+    # -> 64; sqrt(4 * 1320) = 72.7 -> 2^6.18 -> 64; sqrt(8 * 8192) = 256, capped at 128;
+    # sqrt(1 * 8) = 2.8, raised to 16.
+    sizes = [(256, 4), (392, 4), (640, 4), (1320, 4), (8192, 8), (8, 1)]
+    assert [block_size(w, d) for w, d in sizes] == [32, 32, 64, 64, 128, 16]
