@@ -19,7 +19,7 @@ from placeto_jax import precision
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.sim.core import SimCluster, SimGraph, SimOutput, simulate_lanes
-from placeto_jax.sim.padded import PaddedGraph, bucket, pad_graph
+from placeto_jax.sim.padded import PaddedGraph, bucket, fine_bucket, pad_graph
 from placeto_jax.sim.result import SimResult
 from placeto_jax.sim.validate import check_simulation
 from placeto_jax.sim.wide import simulate_lanes_wide
@@ -34,9 +34,14 @@ WIDE_SLOTS = 256
 
 
 def padded(graph: Graph) -> PaddedGraph:
-    """The graph's default padding (cached per graph object)."""
+    """The graph's default padding (cached per graph object): ops and edges to `fine_bucket`
+    sizes (at most an eighth above 512), not powers of two. The work before and after the loop
+    (state, consumer devices, peak memory's sort) scales with the padded size: measured at 64
+    lanes, `family:nmt/24` (4,384 ops) runs 1.25x faster padded to 4,608 than to 8,192."""
     if graph not in _padded_cache:
-        _padded_cache[graph] = pad_graph(graph)
+        _padded_cache[graph] = pad_graph(
+            graph, n_pad=fine_bucket(graph.n_ops), n_edges=fine_bucket(max(graph.n_edges, 1))
+        )
     return _padded_cache[graph]
 
 
