@@ -210,6 +210,22 @@ def test_op_graph_rewards_simulate_the_expanded_placement():
     assert float(state.makespan) == pytest.approx(float(expected), rel=1e-5)
 
 
+def test_a_graph_too_small_to_coarsen_is_its_own_op_graph_for_op_rewards():
+    small = generators.layered(8, seed=3)
+    pg_small = prepare("small", small, group_target=10)  # 8 nodes: nothing to coarsen
+    assert pg_small.op_graph is None
+    pg_large = prepare("layered", generators.layered(40, seed=2), group_target=10)
+    makespans = {}
+    for reward in ("grouped", "ops"):
+        config = dataclasses.replace(RAW, reward_graph=reward, initial_placement="fixed")
+        env, env_params = _env(config, graphs=[pg_small, pg_large])
+        state, _ = _rollout(env, env_params, [1, 0] * 4, graph=0)
+        makespans[reward] = float(state.makespan)
+        placement = np.asarray(state.placement[: small.n_ops])
+    assert makespans["ops"] == makespans["grouped"]
+    assert makespans["ops"] == pytest.approx(float(simulate(small, CLUSTER, placement).makespan))
+
+
 def test_op_graph_rewards_need_a_coarsened_graph():
     with pytest.raises(ValueError, match="reward_graph"):
         _env(dataclasses.replace(RAW, reward_graph="ops"))

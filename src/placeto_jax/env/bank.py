@@ -136,13 +136,15 @@ def build_bank(graphs: list[PlacementGraph], buckets: tuple[int, ...] | None = N
     largest = max(graphs, key=lambda p: p.graph.n_ops)
     n_pad = choose_bucket(largest.graph.n_ops, buckets)
     sim = stack_padded([p.graph for p in graphs], n_pad)
-    with_ops = all(p.op_graph is not None for p in graphs)
-    op_sim = stack_padded([p.op_graph for p in graphs], None) if with_ops else None
+    # Op graphs once any graph was coarsened; one too small to coarsen is its own op graph.
+    with_ops = any(p.op_graph is not None for p in graphs)
+    op_sim = stack_padded([p.op_graph or p.graph for p in graphs], None) if with_ops else None
     op_to_group = None
     if with_ops:
         op_to_group = np.zeros((len(graphs), op_sim.cost.shape[1]), dtype=np.int32)
         for i, p in enumerate(graphs):
-            op_to_group[i, : p.op_to_group.size] = p.op_to_group
+            ops = p.op_to_group if p.op_to_group is not None else np.arange(p.graph.n_ops)
+            op_to_group[i, : ops.size] = ops
     # The policy's time is mostly per edge value (docs/agent.md): a finer bucket than for nodes.
     n_edges = fine_bucket(max(p.graph.n_edges for p in graphs))
     per_graph = [_graph_arrays(p.graph, n_pad, n_edges) for p in graphs]

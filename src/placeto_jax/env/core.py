@@ -202,7 +202,7 @@ class PlacetoEnv:
             )
         if self.config.reward_graph == "ops" and bank.op_sim is None:
             raise ValueError(
-                'env.reward_graph="ops" needs coarsened graphs (set run.group_target) so that '
+                'env.reward_graph="ops" needs a coarsened graph (set run.group_target) so that '
                 "there is an op graph to expand the placement onto"
             )
         if self.config.initial_placement == "given" and bank.start is None:
