@@ -226,9 +226,12 @@ def test_a_graph_too_small_to_coarsen_is_its_own_op_graph_for_op_rewards():
     assert makespans["ops"] == pytest.approx(float(simulate(small, CLUSTER, placement).makespan))
 
 
-def test_op_graph_rewards_need_a_coarsened_graph():
-    with pytest.raises(ValueError, match="reward_graph"):
-        _env(dataclasses.replace(RAW, reward_graph="ops"))
+def test_op_graph_rewards_on_graphs_that_were_not_coarsened_are_the_grouped_rewards():
+    rewards = {}
+    for reward in ("grouped", "ops"):
+        env, env_params = _env(dataclasses.replace(RAW, reward_graph=reward))  # the diamond
+        rewards[reward] = _rollout(env, env_params, [1, 0, 1, 1])[1]
+    np.testing.assert_array_equal(rewards["ops"], rewards["grouped"])
 
 
 def test_a_graph_larger_than_every_bucket_is_refused():

@@ -200,11 +200,6 @@ class PlacetoEnv:
             raise ValueError(
                 f"the cluster has {cluster.n_devices} devices, the environment {self.n_devices}"
             )
-        if self.config.reward_graph == "ops" and bank.op_sim is None:
-            raise ValueError(
-                'env.reward_graph="ops" needs a coarsened graph (set run.group_target) so that '
-                "there is an op graph to expand the placement onto"
-            )
         if self.config.initial_placement == "given" and bank.start is None:
             raise ValueError(
                 'env.initial_placement="given" needs a start for every graph '
@@ -365,7 +360,8 @@ class PlacetoEnv:
     def _simulate(self, graph: jax.Array, placement: jax.Array, env_params: EnvParams):
         """(makespan µs, peak memory [D] bytes, start [N] µs per node) of `placement`."""
         bank = env_params.bank
-        if self.config.reward_graph == "grouped":
+        if self.config.reward_graph == "grouped" or bank.op_sim is None:
+            # (no graph of the bank was coarsened: each is its own op graph)
             sim = jax.tree.map(lambda x: x[graph], bank.sim)
             out = simulate_padded(sim, env_params.cluster, placement, self.broadcast)
             return out.makespan, out.peak_memory, out.start
