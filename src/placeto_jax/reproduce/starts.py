@@ -20,7 +20,14 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.env.bank import PlacementGraph
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs.placements import load_placement
-from placeto_jax.placers import FAST_HEURISTICS, METHODS, PlacerResult, best_heuristic, scored
+from placeto_jax.placers import (
+    FAST_HEURISTICS,
+    METHODS,
+    PlacerResult,
+    best_heuristic,
+    fastest_fitting,
+    scored,
+)
 from placeto_jax.placers.base import Solution
 
 START_METHODS = ("single", *FAST_HEURISTICS)
@@ -45,8 +52,7 @@ def start_result(pg: PlacementGraph, cluster: Cluster, spec: str, key: jax.Array
     first), "best-op" (the same on the op graph), or a placement file. ValueError for anything
     else, or a file that does not place the op graph."""
     if spec == "best":
-        results = [heuristic_start(pg, cluster, m, key) for m in FAST_HEURISTICS]
-        return min(results, key=lambda r: (not r.fits_memory, r.makespan))
+        return fastest_fitting([heuristic_start(pg, cluster, m, key) for m in FAST_HEURISTICS])
     if spec == "best-op":
         return best_heuristic(pg.op_graph or pg.graph, cluster, key)
     if spec in START_METHODS:
