@@ -7,10 +7,11 @@ tiny preset, 10 updates x 16 episodes, 32 groups) with episodes from the best he
 placement (the graph regrouped within it, as `--start best-op` does with the four fast
 heuristics, so the start is kept exactly), the op-graph reward unless `--set
 env.reward_graph=grouped`, and K = 32 sampled episodes at T = 8 (the per-graph setting's
-held-out temperature, docs/agent.md). Its evaluations count every simulator call: training as
-the efficiency experiment charges it (`efficiency.placeto_cost`: one per training step, 2 x
-(nodes + 1) per greedy evaluation) and, for the samples, K x (nodes + 1) steps plus the
-`SCREENED` exact simulations. Local search (from single device) and the cross-entropy method
+held-out temperature, docs/agent.md); its placement is the best of those samples, the greedy
+evaluations and the best placement any training episode visited. Its evaluations count every
+simulator call: training as the efficiency experiment charges it (`efficiency.placeto_cost`: one
+per training step, 2 x (nodes + 1) per greedy evaluation, one for training's best at each) and,
+for the samples, K x (nodes + 1) steps plus the `SCREENED` exact simulations. Local search (from single device) and the cross-entropy method
 then get that many.
 
 Run: `python experiments/matched_budget.py --data ../shared/benchmarks/msr-fiddle`

@@ -50,14 +50,15 @@ def test_evaluations_to_reach_rejects_bad_curves(evaluations, best):
 
 
 def test_placeto_is_charged_its_steps_and_its_greedy_evaluations():
-    # 3 updates of 4 episodes of 11 steps = 132; greedy at 0, 2 and 3 updates: 3 x 2 x 11 = 66
-    assert placeto_cost(3, 4, 11, 2) == 132 + 66
+    # 3 updates of 4 episodes of 11 steps = 132; greedy at 0, 2 and 3 updates: 3 x 2 x 11 = 66;
+    # the evaluations after updates also simulate training's best placement: 2
+    assert placeto_cost(3, 4, 11, 2) == 132 + 66 + 2
     config = make_config("tiny", ["train.episodes=4", "run.eval_every=1"])
-    # 10 groups: 11 steps; u updates cost 44 u + 22 (u + 1) = 66 u + 22
-    assert placeto_iterations(22 + 66 * 5, config, 10) == 5
-    assert placeto_iterations(22 + 66 * 5 - 1, config, 10) == 4
+    # 10 groups: 11 steps; u updates cost 44 u + 22 (u + 1) + u = 67 u + 22
+    assert placeto_iterations(22 + 67 * 5, config, 10) == 5
+    assert placeto_iterations(22 + 67 * 5 - 1, config, 10) == 4
     with pytest.raises(ValueError, match="less than one Placeto update"):
-        placeto_iterations(87, config, 10)
+        placeto_iterations(88, config, 10)
 
 
 def test_ratio_and_its_bounds():

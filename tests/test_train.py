@@ -1,7 +1,10 @@
 """The REINFORCE trainer: reproducibility, the per-step baseline window, skipped non-finite
-updates, vmapping over seeds and hyperparameters, and a learning test."""
+updates, vmapping over seeds and hyperparameters, the best placement training found, and a
+learning test."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +14,9 @@ import pytest
 from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.config import make_config
 from placeto_jax.env import build_bank, prepare
+from placeto_jax.env.core import EnvState
 from placeto_jax.rl import losses
-from placeto_jax.rl.train import Hyper, make_train
+from placeto_jax.rl.train import Hyper, found_so_far, make_train
 
 CLUSTER = Cluster.preset("placeto-k80", 2)
 
@@ -170,3 +174,41 @@ def test_the_global_x64_flag_does_not_change_a_run():
         np.testing.assert_array_equal(a, b)
     for key in ("train/loss", "train/final_runtime"):
         np.testing.assert_array_equal(default_metrics[key], wide_metrics[key])
+
+
+def test_found_so_far_keeps_each_graphs_lowest_runtime_and_its_placement():
+    # episodes on graphs [0, 1, 0, 1], best runtimes x scale = [3, 5, 2, 7] s; before: graph 0
+    # at 2.5 s, graph 1 at 4 s, graph 2 never played. Graph 0 improves to episode 2's 2 s; graph
+    # 1's best episode (5 s) is worse than 4 s and graph 2 has no episode: both keep theirs.
+    final = EnvState.replayed(
+        jnp.zeros(4, jnp.int32), jnp.zeros((4, 3), jnp.int32), jnp.zeros(4, jnp.int32),
+        jnp.zeros((4, 3), jnp.int32), jnp.zeros((4, 3)),
+    )  # fmt: skip
+    final = dataclasses.replace(
+        final,
+        best_runtime=jnp.array([1.5, 5.0, 1.0, 3.5]),
+        scale=jnp.array([2.0, 1.0, 2.0, 2.0]),
+        best_placement=jnp.arange(12, dtype=jnp.int32).reshape(4, 3),
+    )
+    before = jnp.full((3, 3), -1, jnp.int32)
+    runtime, placement = found_so_far(
+        jnp.array([2.5, 4.0, jnp.inf]), before, jnp.array([0, 1, 0, 1]), final
+    )
+    np.testing.assert_allclose(runtime, [2.0, 4.0, np.inf])
+    np.testing.assert_array_equal(placement, [[6, 7, 8], [-1, -1, -1], [-1, -1, -1]])
+
+
+def test_training_remembers_the_best_placement_its_episodes_visited():
+    config, bank = _setup(2)
+    run = make_train(config, bank, CLUSTER)
+    state, metrics = run.updates(
+        run.init(jax.random.key(3), run.env_params), run.hyper, run.env_params, count=2
+    )
+    found = np.asarray(state.found_placement[0, :8])
+    # its runtime is its own simulation (s), and no episode's best of either update was lower
+    makespan = float(simulate(two_chains(), CLUSTER, found).makespan)
+    np.testing.assert_allclose(float(state.found_runtime[0]), makespan * 1e-6, rtol=1e-5)
+    single = float(simulate(two_chains(), CLUSTER, np.zeros(8, np.int64)).makespan)
+    assert makespan <= single  # the episodes start from single device
+    mean_best = float(metrics["train/best_runtime"].min()) * single * 1e-6  # s, normalised
+    assert float(state.found_runtime[0]) <= mean_best * (1 + 1e-6)

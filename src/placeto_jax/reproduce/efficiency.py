@@ -102,9 +102,10 @@ def evaluations_to_reach(evaluations, makespan, value: float) -> int | None:
 
 def placeto_cost(updates: int, episodes: int, steps: int, eval_every: int) -> int:
     """Simulator evaluations charged to `updates` Placeto updates of `episodes` episodes of
-    `steps` steps, greedy-evaluated first and every `eval_every` updates (and at the end)."""
-    points = 1 + -(-updates // eval_every)
-    return updates * episodes * steps + points * 2 * steps
+    `steps` steps, greedy-evaluated first and every `eval_every` updates (and at the end), each
+    later evaluation also simulating the best placement training found on the op graph."""
+    later = -(-updates // eval_every)
+    return updates * episodes * steps + (1 + later) * 2 * steps + later
 
 
 def placeto_iterations(budget: int, config: Config, groups: int) -> int:

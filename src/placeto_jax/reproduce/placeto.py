@@ -21,7 +21,7 @@ from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.env.core import EnvParams
 from placeto_jax.placers.base import best_so_far, penalised_makespan
 from placeto_jax.rl.evaluate import Placement, rank_visited, start_name
-from placeto_jax.rl.train import make_train
+from placeto_jax.rl.train import TrainState, make_train
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Fit:
 
     params: Any  # policy parameters after training
     placement: Placement  # greedy placement of the final policy, exact op-graph makespan
-    best: Placement  # best placement seen at any evaluation (what the curve ends at)
+    best: Placement  # best seen at any evaluation or in training (what the curve ends at)
     curve: Curve
 
 
@@ -81,12 +81,16 @@ class PlacetoBench:
         """The environment playing only graph `i` (same shapes for every graph)."""
         return self.run.env_params.playing([i])
 
-    def place(self, params: Any, i: int) -> Placement:
-        """Greedy episode on graph `i`, ranked on the op graph (as `placeto-jax place` does)."""
+    def place(self, params: Any, i: int, found: TrainState | None = None) -> Placement:
+        """Greedy episode on graph `i`, ranked on the op graph (as `placeto-jax place` does),
+        with the best placement that `found`'s training episodes visited on it as a candidate."""
         out = jax.device_get(self.run.greedy(params, self.graph_env_params(i)))
         pg = self.graphs[i]
         steps = self.config.env.passes * pg.n_units + 1
         visited = np.asarray(out["visited"][:steps, 0])
+        if found is not None and np.isfinite(float(found.found_runtime[i])):
+            row = np.asarray(jax.device_get(found.found_placement[i]), visited.dtype)
+            visited = np.concatenate([visited, row[None, : visited.shape[1]]])
         return rank_visited(pg, self.cluster, visited, start_name(self.config, pg))
 
     def fit(
@@ -120,9 +124,8 @@ class PlacetoBench:
             count = min(eval_every, total - done)
             state, _ = self.run.updates(state, self.run.hyper, env_params, count=count)
             done += count
-            points.append(
-                (done * per_update, time.perf_counter() - began, self.place(state.params, i))
-            )
+            placed = self.place(state.params, i, found=state)
+            points.append((done * per_update, time.perf_counter() - began, placed))
         placements = [p for _, _, p in points]
         scores = [self.score(p) for p in placements]
         best = placements[int(np.argmin(scores))]

@@ -66,6 +66,8 @@ class TrainState:
     iteration: jax.Array  # [] int32 updates done
     key: jax.Array  # [2] uint32 raw data of the run's key
     skipped: jax.Array  # [] int32 updates skipped for a non-finite loss or gradient
+    found_runtime: jax.Array  # [G] float seconds, lowest runtime any training episode visited
+    found_placement: jax.Array  # [G, N] int32, the placement that had it (per graph)
 
 
 @jax.tree_util.register_dataclass
@@ -145,6 +147,8 @@ class Trainer:
             iteration=jnp.zeros((), jnp.int32),
             key=jax.random.key_data(key),
             skipped=jnp.zeros((), jnp.int32),
+            found_runtime=jnp.full(self.n_graphs, jnp.inf, jnp.float32),
+            found_placement=jnp.zeros((self.n_graphs, self.n_pad), jnp.int32),
         )
 
     # ------------------------------------------------------------------ rollout
@@ -319,7 +323,10 @@ class Trainer:
     ) -> tuple[TrainState, dict[str, jax.Array]]:
         key = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.iteration)
         graphs = self.episode_graphs(state.iteration, env_params)
-        rollout, _ = self.rollout(key, state.params, graphs, env_params, greedy=False)
+        rollout, final = self.rollout(key, state.params, graphs, env_params, greedy=False)
+        found_runtime, found_placement = found_so_far(
+            state.found_runtime, state.found_placement, rollout.graph, final
+        )
         returns = losses.returns_to_go(rollout.reward)
         if self.config.train.baseline == "none":
             baseline = jnp.zeros_like(returns)
@@ -350,6 +357,8 @@ class Trainer:
             iteration=state.iteration + 1,
             key=state.key,
             skipped=state.skipped + (~finite).astype(jnp.int32),
+            found_runtime=found_runtime,
+            found_placement=found_placement,
         )
         metrics = {
             "train/loss": loss,
@@ -379,6 +388,24 @@ def sample_action(key: jax.Array, logits: jax.Array, temperature: jax.Array | fl
     """[...] int: a device drawn from softmax(logits / temperature) over the last axis of
     `logits` [..., D]; temperature 1 is the policy's own distribution, bit for bit."""
     return jax.random.categorical(key, logits / temperature)
+
+
+def found_so_far(
+    runtime: jax.Array, placement: jax.Array, graph: jax.Array, final: EnvState
+) -> tuple[jax.Array, jax.Array]:
+    """The lowest runtime [G] (seconds) and its placement [G, N] per graph, after episodes on
+    `graph` [B] whose final states `final` hold each episode's best (every one an exact
+    simulation that training already paid for)."""
+    seconds = final.best_runtime * final.scale  # [B] un-normalised
+    mine = graph[None, :] == jnp.arange(runtime.shape[0])[:, None]  # [G, B]
+    candidates = jnp.where(mine, seconds[None, :], jnp.inf)
+    episode = jnp.argmin(candidates, axis=1)  # [G]
+    best = jnp.take_along_axis(candidates, episode[:, None], axis=1)[:, 0]
+    better = best < runtime
+    return (
+        jnp.where(better, best, runtime).astype(runtime.dtype),
+        jnp.where(better[:, None], final.best_placement[episode], placement),
+    )
 
 
 def _visited(rollout: Rollout, state: EnvState) -> jax.Array:
