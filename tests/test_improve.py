@@ -102,6 +102,22 @@ def test_improve_mode_is_never_slower_than_the_start_and_finds_the_improving_mov
             place_with(run, params, run.env_params, [pg], CLUSTER, 8, jax.random.key(2), bad)
 
 
+def test_a_placement_training_found_is_ranked_with_the_greedy_episode():
+    config = Config(n_devices=2, env=GIVEN, policy=PolicyConfig(rounds=1))
+    (pg,) = started([prepare("chains", two_chains())], CLUSTER, "single", jax.random.key(0))
+    run = make_train(config, build_bank([pg]), CLUSTER)
+    params = run.init(jax.random.key(1), run.env_params).params
+    params = jax.tree.map(jnp.zeros_like, params)  # equal logits: argmax keeps device 0
+    (stuck,) = place_with(run, params, run.env_params, [pg], CLUSTER)
+    assert stuck.makespan == pytest.approx(400.0) and stuck.evaluations == 1
+    (none,) = place_with(run, params, run.env_params, [pg], CLUSTER, found=[None])
+    assert none.makespan == pytest.approx(400.0)
+    chains = np.array([0, 0, 1, 1, 0, 0])  # padded past the 4 ops, as a TrainState row is
+    (found,) = place_with(run, params, run.env_params, [pg], CLUSTER, found=[chains])
+    assert found.makespan == pytest.approx(200.0) and found.evaluations == 2
+    np.testing.assert_array_equal(found.placement, [0, 0, 1, 1])
+
+
 def test_sampling_at_temperature_t_draws_from_softmax_of_logits_over_t():
     logits = jnp.log(jnp.array([1.0, 2.0, 4.0]))
     keys = jax.random.split(jax.random.key(0), 20_000)

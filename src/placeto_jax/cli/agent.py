@@ -43,7 +43,7 @@ from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import METHODS, PlacerResult, best_heuristic, run_method
 from placeto_jax.reproduce.starts import STARTS, check_start, started
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
-from placeto_jax.rl.evaluate import Placement, place_graphs
+from placeto_jax.rl.evaluate import Placement, found_placements, place_graphs
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.rl.train import make_train
@@ -218,7 +218,8 @@ def _train(args: argparse.Namespace) -> int:
         print(f"placeto-jax: {stop}", file=sys.stderr)
         return INTERRUPTED
     cluster = cluster_of(config)
-    placements = place_graphs(config, result.state.params, graphs, cluster)
+    found = found_placements(result.state)
+    placements = place_graphs(config, result.state.params, graphs, cluster, found=found)
     heuristics = None
     if not args.no_heuristics:
         heuristics = heuristics_of(graphs, cluster, args.seed, progress=not args.no_progress)

@@ -238,13 +238,14 @@ def train_text(
     heuristics: Sequence[PlacerResult] | None,
     workdir: str,
 ) -> str:
-    """The greedy placements after training against single device and (unless None) the best
-    fast heuristic on each graph (`eval_table`), and where the run is."""
+    """The placements after training (the best of the final greedy episode and of what the
+    training episodes visited) against single device and (unless None) the best fast heuristic
+    on each graph (`eval_table`), and where the run is."""
     against = "and the best of the fast heuristics " if heuristics else ""
     return "\n".join(
         [
-            f"greedy placements after {config.train.iterations} updates, against single device "
-            f"{against}on each graph:",
+            f"placements after {config.train.iterations} updates (best of the greedy episode "
+            f"and the training episodes), against single device {against}on each graph:",
             eval_table(results, heuristics),
             "",
             f"run directory: {workdir}  (place a graph: placeto-jax place GRAPH "

@@ -20,7 +20,7 @@ from placeto_jax.config import Config
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.env.core import EnvParams
 from placeto_jax.placers.base import best_so_far, penalised_makespan
-from placeto_jax.rl.evaluate import Placement, rank_visited, start_name
+from placeto_jax.rl.evaluate import Placement, found_placements, place_with
 from placeto_jax.rl.train import TrainState, make_train
 
 
@@ -84,14 +84,11 @@ class PlacetoBench:
     def place(self, params: Any, i: int, found: TrainState | None = None) -> Placement:
         """Greedy episode on graph `i`, ranked on the op graph (as `placeto-jax place` does),
         with the best placement that `found`'s training episodes visited on it as a candidate."""
-        out = jax.device_get(self.run.greedy(params, self.graph_env_params(i)))
-        pg = self.graphs[i]
-        steps = self.config.env.passes * pg.n_units + 1
-        visited = np.asarray(out["visited"][:steps, 0])
-        if found is not None and np.isfinite(float(found.found_runtime[i])):
-            row = np.asarray(jax.device_get(found.found_placement[i]), visited.dtype)
-            visited = np.concatenate([visited, row[None, : visited.shape[1]]])
-        return rank_visited(pg, self.cluster, visited, start_name(self.config, pg))
+        rows = None if found is None else [found_placements(found)[i]]
+        (placed,) = place_with(
+            self.run, params, self.graph_env_params(i), [self.graphs[i]], self.cluster, found=rows
+        )
+        return placed
 
     def fit(
         self,

@@ -4,7 +4,8 @@ A greedy episode starts from the environment's initial placement (drawn with a f
 key, so evaluations are comparable across updates, or each graph's given start in improve mode),
 takes the argmax device at every step, and returns the best placement it visited (which
 includes the initial one). `place_graphs` can add K sampled episodes per graph (same start, at a
-sampling temperature: logits divided by T, 1 the policy's own distribution), and ranks every
+sampling temperature: logits divided by T, 1 the policy's own distribution) and the best
+placement the training episodes visited on each graph (`found_placements`), and ranks every
 distinct visited placement by an exact simulation of the op graph (the grouped graph the policy
 sees is an approximation of it), so the placement it returns is never worse than the initial
 one (among those that fit memory).
@@ -23,7 +24,7 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.env.core import EnvParams
-from placeto_jax.rl.train import Train, make_train
+from placeto_jax.rl.train import Train, TrainState, make_train
 from placeto_jax.sim.api import simulate, single_device
 
 
@@ -55,12 +56,22 @@ def place_graphs(
     samples: int = 0,
     key: jax.Array | None = None,
     temperature: float = 1.0,
+    found: list[np.ndarray | None] | None = None,
 ) -> list[Placement]:
     """Greedy placements of `graphs` (all in one bank: one compiled program), each also ranked
-    with the placements of `samples` sampled episodes on it, drawn with `key` at `temperature`
-    (`place_with`)."""
+    with the placements of `samples` sampled episodes on it, drawn with `key` at `temperature`,
+    and with `found`'s (`place_with`)."""
     run = make_train(config, build_bank(graphs, config.run.buckets), cluster)
-    return place_with(run, params, run.env_params, graphs, cluster, samples, key, temperature)
+    return place_with(
+        run, params, run.env_params, graphs, cluster, samples, key, temperature, found
+    )
+
+
+def found_placements(state: TrainState) -> list[np.ndarray | None]:
+    """Per graph of the state's bank, the best placement its training episodes visited [N_pad]
+    (`TrainState.found_placement`), or None for a graph no episode played."""
+    runtime, placement = jax.device_get((state.found_runtime, state.found_placement))
+    return [row if np.isfinite(r) else None for r, row in zip(runtime, placement, strict=True)]
 
 
 def place_with(
@@ -72,12 +83,14 @@ def place_with(
     samples: int = 0,
     key: jax.Array | None = None,
     temperature: float = 1.0,
+    found: list[np.ndarray | None] | None = None,
 ) -> list[Placement]:
     """The placement of each graph that `env_params` plays (`graphs`, in that order) by `run`'s
-    compiled programs: every placement of its greedy episode, and with `samples` sampled
-    episodes (actions from softmax(logits / `temperature`)) the `SCREENED` distinct ones of
-    theirs with the lowest runtime in the episodes' own simulation, ranked exactly on the op
-    graph (`rank_visited`)."""
+    compiled programs: every placement of its greedy episode, with `samples` sampled episodes
+    (actions from softmax(logits / `temperature`)) the `SCREENED` distinct ones of theirs with
+    the lowest runtime in the episodes' own simulation, and the placement `found` gives the
+    graph (`found_placements`, in `graphs`' order; None: none), ranked exactly on the op graph
+    (`rank_visited`)."""
     if samples < 0:
         raise ValueError(f"samples must be >= 0, got {samples}")
     if not (math.isfinite(temperature) and temperature > 0):
@@ -98,6 +111,9 @@ def place_with(
             visited = sampled["visited"][: steps + 1, mine].reshape(-1, candidates.shape[1])
             runtime = sampled["runtime"][: steps + 1, mine].ravel()
             candidates = np.concatenate([candidates, screened(visited, runtime, SCREENED)])
+        if found is not None and found[i] is not None:
+            n = pg.graph.n_ops
+            candidates = np.concatenate([candidates[:, :n], found[i][None, :n]])
         ranked = rank_visited(pg, cluster, candidates, start_name(config, pg))
         episodes = 1 + samples
         out.append(
