@@ -11,12 +11,13 @@ held-out temperature, docs/agent.md); its placement is the best of those samples
 evaluations and the best placement any training episode visited. Its evaluations count every
 simulator call: training as the efficiency experiment charges it (`efficiency.placeto_cost`: one
 per training step, 2 x (nodes + 1) per greedy evaluation, one for training's best at each) and,
-for the samples, K x (nodes + 1) steps plus the `SCREENED` exact simulations. Local search (from single device) and the cross-entropy method
-then get that many.
+for the samples, K x (nodes + 1) steps plus the `SCREENED` exact simulations. `--refine G:U`
+adds a second stage on G groups (`refined`), charged the same way. Local search (from single
+device) and the cross-entropy method then get that many.
 
 Run: `python experiments/matched_budget.py --data ../shared/benchmarks/msr-fiddle`
-(`--only table1` or `--only benchmarks` for one part); prints a table, writes
-results/matched/matched.json atomically.
+(`--only table1` or `--only benchmarks` for one part, `--only dev` for graphs outside the
+scope); prints a table, writes results/matched/matched.json atomically.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from placeto_jax.reproduce.efficiency import placeto_cost
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.reproduce.programs import release_compiled_programs
 from placeto_jax.reproduce.table1 import GRAPHS as TABLE1_GRAPHS
-from placeto_jax.rl.evaluate import SCREENED, place_with
+from placeto_jax.rl.evaluate import SCREENED, Placement, place_with
 
 ROOT = Path(__file__).resolve().parents[1]
 MS = 1e3  # µs
@@ -51,6 +52,7 @@ HEURISTICS = ("single", "metis", "heft", "critical-path", "m-topo", "m-etf", "m-
 SEARCHES = ("local-search", "cross-entropy")
 PLACETO = ("train.iterations=10", "train.episodes=16", "run.group_target=32")
 SAMPLES, TEMPERATURE = 32, 8.0
+DEV_GRAPHS = ("zoo:resnet50", "zoo:transformer", "zoo:gnmt", "zoo:bert_base", "family:cifar10/24")
 FITS = ("best_heuristic_fits", "placeto_fits", "local-search_fits", "cross-entropy_fits")
 
 
@@ -70,12 +72,64 @@ def table1_cases() -> list[Case]:
     ]
 
 
+def dev_cases() -> list[Case]:
+    """Graphs outside item 1's scope to measure a lever on before it is kept: four zoo models
+    at op level and a cifar10 family test graph, on 4 placeto-k80s."""
+    cluster = Cluster.preset("placeto-k80", 4)
+    return [Case(f"{spec} d4", resolve_graph(spec), cluster) for spec in DEV_GRAPHS]
+
+
 def file_cases(data: str) -> list[Case]:
     """The benchmark experiment's quick files, on each file's own accelerators."""
     return [Case(c.file, c.graph, c.cluster) for c in benchmark_cases(data, ("throughput-inputs",))]
 
 
-def placeto_runs(cases: list[Case], overrides: list[str], key: jax.Array, bar) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class Refine:
+    """A second improve-mode stage on a finer grouping, from the first stage's placement and
+    policy."""
+
+    groups: int  # group target of the op graph, regrouped within the first stage's placement
+    updates: int  # fine-tuning updates of the first stage's parameters
+
+    @staticmethod
+    def parse(text: str) -> Refine:
+        try:
+            groups, updates = (int(x) for x in text.split(":"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected GROUPS:UPDATES, got {text!r}") from None
+        if groups < 1 or updates < 1:
+            raise argparse.ArgumentTypeError(f"GROUPS and UPDATES must be >= 1, got {text!r}")
+        return Refine(groups, updates)
+
+
+def refined(
+    case: Case, config, first: Placement, params, refine: Refine, key: jax.Array
+) -> tuple[Placement, int]:
+    """(placement, evaluations) of the refining stage: the op graph grouped to `refine.groups`
+    within `first`'s placement, `first`'s policy fine-tuned there for `refine.updates` updates,
+    then sampled as in the first stage; the best of `first` and everything it evaluated."""
+    cluster = case.cluster
+    config = apply(config, {"run.group_target": refine.groups, "train.iterations": refine.updates})
+    pg = prepare(case.label, case.graph, refine.groups, cluster.delta1)
+    pg = with_start(pg, first.placement, "first stage", cluster.n_devices, cluster.delta1)
+    bench = PlacetoBench(config, [pg], cluster)
+    fit = bench.fit(0, key, init_params=params, init_placement=first)
+    (sampled,) = place_with(
+        bench.run, fit.params, bench.graph_env_params(0), [pg], cluster, SAMPLES, key, TEMPERATURE
+    )
+    steps = config.env.passes * pg.graph.n_ops + 1
+    evaluations = (
+        placeto_cost(refine.updates, config.train.episodes, steps, config.run.eval_every)
+        + SAMPLES * steps
+        + SCREENED
+    )
+    return min((first, fit.best, sampled), key=bench.score), evaluations
+
+
+def placeto_runs(
+    cases: list[Case], overrides: list[str], key: jax.Array, bar, refine: Refine | None = None
+) -> list[dict]:
     """Improve-mode Placeto trained on each case from its best heuristic's placement; one
     `PlacetoBench` (one compile) per cluster."""
     groups: dict[tuple, list[Case]] = {}
@@ -111,6 +165,9 @@ def placeto_runs(cases: list[Case], overrides: list[str], key: jax.Array, bar) -
                 + SAMPLES * steps
                 + SCREENED
             )
+            if refine is not None:
+                placed, more = refined(case, config, placed, fit.params, refine, key)
+                evaluations += more
             rows.append(
                 {
                     "case": case,
@@ -155,20 +212,26 @@ def verdict(row: dict) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(ROOT.parent / "shared/benchmarks/msr-fiddle"))
-    parser.add_argument("--only", choices=("table1", "benchmarks"), default=None)
+    parser.add_argument("--only", choices=("table1", "benchmarks", "dev"), default=None,
+                        help="one part (dev: graphs outside the scope)")  # fmt: skip
+    parser.add_argument("--refine", type=Refine.parse, default=None, metavar="GROUPS:UPDATES",
+                        help="a second stage on a finer grouping (see `refined`)")  # fmt: skip
     parser.add_argument("--set", nargs="*", default=["env.reward_graph=ops"], metavar="KEY=VALUE",
                         help="Placeto config overrides (default: the ops reward)")  # fmt: skip
     parser.add_argument("--limit", type=int, default=None, help="only the first N graphs")
     parser.add_argument("--out", type=Path, default=ROOT / "results/matched/matched.json")
     args = parser.parse_args(argv)
     make_config("tiny", [*PLACETO, *args.set])  # bad overrides fail here, before any work
-    cases = [] if args.only == "benchmarks" else table1_cases()
-    cases += [] if args.only == "table1" else file_cases(args.data)
+    if args.only == "dev":
+        cases = dev_cases()
+    else:
+        cases = [] if args.only == "benchmarks" else table1_cases()
+        cases += [] if args.only == "table1" else file_cases(args.data)
     cases = cases[: args.limit]
     key = jax.random.key(0)
     began = time.perf_counter()
     with tqdm(total=len(cases), desc="placeto", unit="graph") as bar:
-        rows = placeto_runs(cases, args.set, key, bar)
+        rows = placeto_runs(cases, args.set, key, bar, args.refine)
     for row in tqdm(rows, desc="searches", unit="graph"):
         add_searches(row, key)
     for row in rows:
@@ -198,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(
         args.out,
         {"overrides": [*PLACETO, *args.set], "samples": SAMPLES, "temperature": TEMPERATURE,
+         "refine": args.refine and dataclasses.asdict(args.refine),
          "wall_s": time.perf_counter() - began, "rows": rows},
     )  # fmt: skip
     print(f"wrote {args.out}")

@@ -1,7 +1,9 @@
-"""experiments/matched_budget.py: the verdict by hand, and one benchmark file end to end."""
+"""experiments/matched_budget.py: the verdict by hand, the refining stage's argument, and one
+benchmark file end to end."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import sys
@@ -54,3 +56,11 @@ def test_one_benchmark_file_end_to_end(tmp_path):
     ]
     for name in ("local-search", "cross-entropy"):
         assert row[f"{name}_evaluations"] <= row["placeto_evaluations"]
+
+
+def test_refine_reads_groups_and_updates_and_names_a_bad_value():
+    module = _module()
+    assert module.Refine.parse("128:3") == module.Refine(128, 3)
+    for bad in ("128", "128:x", "0:3", "128:0"):
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad)):
+            module.Refine.parse(bad)
