@@ -108,7 +108,8 @@ def refined(
 ) -> tuple[Placement, int]:
     """(placement, evaluations) of the refining stage: the op graph grouped to `refine.groups`
     within `first`'s placement, `first`'s policy fine-tuned there for `refine.updates` updates,
-    then sampled as in the first stage; the best of `first` and everything it evaluated."""
+    then sampled as in the first stage; the best of `first` and everything it evaluated
+    (`first` is the fine-tuning curve's first point)."""
     cluster = case.cluster
     config = apply(config, {"run.group_target": refine.groups, "train.iterations": refine.updates})
     pg = prepare(case.label, case.graph, refine.groups, cluster.delta1)
@@ -124,7 +125,7 @@ def refined(
         + SAMPLES * steps
         + SCREENED
     )
-    return min((first, fit.best, sampled), key=bench.score), evaluations
+    return min((fit.best, sampled), key=bench.score), evaluations
 
 
 def placeto_runs(
