@@ -12,8 +12,11 @@ evaluations and the best placement any training episode visited. Its evaluations
 simulator call: training as the efficiency experiment charges it (`efficiency.placeto_cost`: one
 per training step, 2 x (nodes + 1) per greedy evaluation, one for training's best at each) and,
 for the samples, K x (nodes + 1) steps plus the `SCREENED` exact simulations. `--refine G:U`
-adds a second stage on G groups (`refined`), charged the same way. Local search (from single
-device) and the cross-entropy method then get that many.
+adds a second stage on G groups (`refined`), charged the same way; `--polish P` then a
+policy-guided search on the op graph (`polished`: P visits of every op, one proposal each, a
+move kept only if it helps; one evaluation per step), with the same search from uniformly
+random proposals as its ablation (reported, not charged). Local search (from single device)
+and the cross-entropy method then get that many.
 
 Run: `python experiments/matched_budget.py --data ../shared/benchmarks/msr-fiddle`
 (`--only table1` or `--only benchmarks` for one part, `--only dev` for graphs outside the
@@ -33,7 +36,7 @@ from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import apply, make_config
-from placeto_jax.env.bank import prepare
+from placeto_jax.env.bank import build_bank, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.files import write_json
 from placeto_jax.graphs.registry import resolve_graph
@@ -44,7 +47,8 @@ from placeto_jax.reproduce.efficiency import placeto_cost
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.reproduce.programs import release_compiled_programs
 from placeto_jax.reproduce.table1 import GRAPHS as TABLE1_GRAPHS
-from placeto_jax.rl.evaluate import SCREENED, Placement, place_with
+from placeto_jax.rl.evaluate import SCREENED, Placement, place_with, polish_with
+from placeto_jax.rl.train import make_train
 
 ROOT = Path(__file__).resolve().parents[1]
 MS = 1e3  # µs
@@ -128,8 +132,40 @@ def refined(
     return min((fit.best, sampled), key=bench.score), evaluations
 
 
+def passes(text: str) -> int:
+    """`--polish`'s value: visits of every op, >= 0 (0: no polishing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of passes, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"passes must be >= 0, got {value}")
+    return value
+
+
+def polished(
+    case: Case, config, first: Placement, params, passes: int, proposer: str = "policy"
+) -> tuple[Placement, int]:
+    """(placement, evaluations) of policy-guided search on the op graph (`Trainer.polish`) from
+    `first`'s placement with the first stage's policy, `passes` visits of every op; the better
+    of `first` and its result. Evaluations: one per step and the initial simulation, plus the
+    exact ranking of the two."""
+    cluster = case.cluster
+    config = apply(config, {"env.passes": passes})
+    pg = prepare(case.label, case.graph, 0, cluster.delta1)  # co-located ops still tied
+    pg = with_start(pg, first.placement, "placeto", cluster.n_devices, cluster.delta1)
+    run = make_train(config, build_bank([pg], config.run.buckets), cluster)
+    (placed,) = polish_with(run, params, run.env_params, [pg], cluster, proposer)
+    return placed, placed.episode_steps + placed.evaluations
+
+
 def placeto_runs(
-    cases: list[Case], overrides: list[str], key: jax.Array, bar, refine: Refine | None = None
+    cases: list[Case],
+    overrides: list[str],
+    key: jax.Array,
+    bar,
+    refine: Refine | None = None,
+    polish: int = 0,
 ) -> list[dict]:
     """Improve-mode Placeto trained on each case from its best heuristic's placement; one
     `PlacetoBench` (one compile) per cluster."""
@@ -169,6 +205,14 @@ def placeto_runs(
             if refine is not None:
                 placed, more = refined(case, config, placed, fit.params, refine, key)
                 evaluations += more
+            extra = {}
+            if polish:
+                ablation, _ = polished(case, config, placed, fit.params, polish, "random")
+                extra = {"unpolished_ms": placed.makespan / MS,
+                         "random_polish_ms": ablation.makespan / MS}  # fmt: skip
+                placed, more = polished(case, config, placed, fit.params, polish)
+                evaluations += more
+                extra["polish_evaluations"] = more
             rows.append(
                 {
                     "case": case,
@@ -183,6 +227,7 @@ def placeto_runs(
                     "placeto_fits": placed.fits_memory,
                     "placeto_evaluations": evaluations,
                     "placeto_wall_s": time.perf_counter() - began,
+                    **extra,
                 }
             )
             bar.update(1)
@@ -201,6 +246,16 @@ def add_searches(row: dict, key: jax.Array) -> None:
         row[f"{name}_wall_s"] = result.wall_s
 
 
+def polish_columns(row: dict) -> dict[str, str]:
+    """The table's columns for `--polish`: Placeto before it and the random-proposal ablation."""
+    if "unpolished_ms" not in row:
+        return {}
+    return {
+        "unpolished": f"{row['unpolished_ms']:.4g}",
+        "random polish": f"{row['random_polish_ms']:.4g}",
+    }
+
+
 def verdict(row: dict) -> bool:
     """Placeto at most every other method (by (fits memory, makespan), as `fastest_fitting`
     ranks)."""
@@ -217,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="one part (dev: graphs outside the scope)")  # fmt: skip
     parser.add_argument("--refine", type=Refine.parse, default=None, metavar="GROUPS:UPDATES",
                         help="a second stage on a finer grouping (see `refined`)")  # fmt: skip
+    parser.add_argument("--polish", type=passes, default=0, metavar="PASSES",
+                        help="then policy-guided search on the op graph (`polished`)")  # fmt: skip
     parser.add_argument("--set", nargs="*", default=["env.reward_graph=ops"], metavar="KEY=VALUE",
                         help="Placeto config overrides (default: the ops reward)")  # fmt: skip
     parser.add_argument("--limit", type=int, default=None, help="only the first N graphs")
@@ -232,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     key = jax.random.key(0)
     began = time.perf_counter()
     with tqdm(total=len(cases), desc="placeto", unit="graph") as bar:
-        rows = placeto_runs(cases, args.set, key, bar, args.refine)
+        rows = placeto_runs(cases, args.set, key, bar, args.refine, args.polish)
     for row in tqdm(rows, desc="searches", unit="graph"):
         add_searches(row, key)
     for row in rows:
@@ -249,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             "evals": r["placeto_evaluations"],
             "local search": f"{r['local-search_ms']:.4g}",
             "CEM": f"{r['cross-entropy_ms']:.4g}",
+            **polish_columns(r),
             "fits (h/p/ls/cem)": "".join("y" if r[k] else "n" for k in FITS),
             "placeto <= all": "yes" if r["placeto_at_most_all"] else "no",
         }
@@ -262,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(
         args.out,
         {"overrides": [*PLACETO, *args.set], "samples": SAMPLES, "temperature": TEMPERATURE,
-         "refine": args.refine and dataclasses.asdict(args.refine),
+         "refine": args.refine and dataclasses.asdict(args.refine), "polish": args.polish,
          "wall_s": time.perf_counter() - began, "rows": rows},
     )  # fmt: skip
     print(f"wrote {args.out}")

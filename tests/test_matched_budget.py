@@ -1,4 +1,4 @@
-"""experiments/matched_budget.py: the verdict by hand, the refining stage's argument, and one
+"""experiments/matched_budget.py: the verdict by hand, the refining and polishing arguments, and one
 benchmark file end to end."""
 
 from __future__ import annotations
@@ -64,3 +64,15 @@ def test_refine_reads_groups_and_updates_and_names_a_bad_value():
     for bad in ("128", "128:x", "0:3", "128:0"):
         with pytest.raises(argparse.ArgumentTypeError, match=repr(bad)):
             module.Refine.parse(bad)
+
+
+def test_polish_reads_passes_and_names_a_bad_value():
+    module = _module()
+    assert module.passes("2") == 2 and module.passes("0") == 0
+    with pytest.raises(argparse.ArgumentTypeError, match="'two'"):
+        module.passes("two")
+    with pytest.raises(argparse.ArgumentTypeError, match="must be >= 0, got -1"):
+        module.passes("-1")
+    row = {"unpolished_ms": 10.0, "random_polish_ms": 9.5}
+    assert module.polish_columns(row) == {"unpolished": "10", "random polish": "9.5"}
+    assert module.polish_columns({}) == {}

@@ -124,6 +124,29 @@ def place_with(
     return out
 
 
+def polish_with(
+    run: Train,
+    params: Any,
+    env_params: EnvParams,
+    graphs: list[PlacementGraph],
+    cluster: Cluster,
+    proposer: str = "policy",
+) -> list[Placement]:
+    """Each graph that `env_params` plays (`graphs`, in that order) improved from its initial
+    placement by `run`'s policy-guided search (`Trainer.polish`), the better of its start and
+    its result by an exact simulation of the op graph (`rank_visited`). `episode_steps` counts
+    the search's simulations: one per step, and the initial one."""
+    config = run.trainer.config
+    out = jax.device_get(run.polish(params, env_params, proposer=proposer))
+    placements = []
+    for i, pg in enumerate(graphs):
+        candidates = np.stack([out["initial_placement"][i], out["placement"][i]])
+        ranked = rank_visited(pg, cluster, candidates, start_name(config, pg))
+        steps = config.env.passes * pg.n_units
+        placements.append(dataclasses.replace(ranked, episode_steps=steps + 1))
+    return placements
+
+
 SCREENED = 64  # sampled placements per graph simulated exactly (the episodes' best distinct)
 
 

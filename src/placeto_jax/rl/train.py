@@ -250,6 +250,57 @@ class Trainer:
         done = jnp.concatenate([jnp.zeros_like(rollout.reward[:1]), rollout.reward]).cumsum(0)
         return {"visited": _visited(rollout, state), "runtime": rollout.initial_runtime - done}
 
+    def polish(
+        self, params: Any, env_params: EnvParams, proposer: str = "policy"
+    ) -> dict[str, jax.Array]:
+        """Policy-guided search, one episode per graph of `env_params.graphs` (K) from its
+        initial placement (as `greedy` starts): every step proposes one move of the current unit
+        to the policy's most likely allowed device other than its own (`proposer="random"`: a
+        uniformly random one, the ablation without a policy), simulates it and keeps it only if
+        the runtime drops; a move not kept leaves the placement as it was. One simulation per
+        step, as in any episode. Returns "initial_placement", "placement" [K, N] int32 (the
+        final one, also the best), "initial_runtime", "runtime" [K] (env units) and "kept" [K]
+        int32 moves kept."""
+        if proposer not in ("policy", "random"):
+            raise ValueError(f'proposer must be "policy" or "random", got {proposer!r}')
+        graphs = env_params.graphs
+        key = jax.random.key(EVAL_KEY)
+        reset = jax.vmap(lambda k, g: self.env.reset(k, env_params.on_graph(g)))
+        state, obs = reset(jax.random.split(key, graphs.shape[0]), graphs)
+        initial = state
+        devices = jnp.arange(self.env.n_devices)
+
+        def step(carry, step_key):
+            state, obs, kept = carry
+            own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)  # [K]
+            others = obs.action_mask & (devices[None, :] != own[:, None])  # [K, D]
+            if proposer == "policy":
+                logits = jax.vmap(self.policy.apply, (None, 0))(params, obs)
+            else:
+                logits = jax.random.uniform(step_key, others.shape)
+            proposal = jnp.argmax(jnp.where(others, logits, -jnp.inf), axis=1)
+            action = jnp.where(others.any(axis=1), proposal, own)
+            moved, _, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
+                step_key, state, action, env_params
+            )
+            keep = reward > 0
+            stay = dataclasses.replace(state, t=moved.t)
+            state = jax.tree.map(lambda a, b: _where_rows(keep, a, b), moved, stay)
+            obs = jax.vmap(self.env.observe, (0, None))(state, env_params)
+            return (state, obs, kept + keep.astype(jnp.int32)), None
+
+        kept = jnp.zeros(graphs.shape[0], jnp.int32)
+        (state, _, kept), _ = jax.lax.scan(
+            step, (state, obs, kept), jax.random.split(jax.random.fold_in(key, 1), self.n_steps)
+        )
+        return {
+            "initial_placement": initial.placement,
+            "placement": state.placement,
+            "initial_runtime": initial.runtime,
+            "runtime": state.runtime,
+            "kept": kept,
+        }
+
     # ------------------------------------------------------------------ loss
     def grad_chunk(self) -> int:
         if self.config.train.grad_chunk:
@@ -413,6 +464,11 @@ def _visited(rollout: Rollout, state: EnvState) -> jax.Array:
     return jnp.concatenate([rollout.placement, state.placement[None].astype(jnp.int8)])
 
 
+def _where_rows(keep: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
+    """Rows of `new` [B, ...] where `keep` [B], else `old`'s."""
+    return jnp.where(keep.reshape(keep.shape + (1,) * (new.ndim - 1)), new, old)
+
+
 def _keep_if(keep_new: jax.Array) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """f(new, old) = new where `keep_new` else old (a skipped update leaves the state as is)."""
     return lambda new, old: jnp.where(keep_new, new, old)
@@ -427,6 +483,8 @@ class Train(NamedTuple):
     greedy: Callable[[Any, EnvParams], dict[str, jax.Array]]  # (params, env_params) -> arrays [K]
     sample: Callable[..., dict[str, jax.Array]]
     # (key, params, env_params, count=C static, temperature=1.0) -> visited, runtime
+    polish: Callable[..., dict[str, jax.Array]]
+    # (params, env_params, proposer="policy" static) -> placements, runtimes, moves kept [K]
     env_params: EnvParams  # the whole bank, every graph played (replicated on the mesh)
     hyper: Hyper  # the config's learning rate and entropy weight
     trainer: Trainer  # the static parts (shapes, config, networks)
@@ -448,11 +506,12 @@ def make_train(
     float_dtype: Any = jnp.float32,
 ) -> Train:
     """Assemble a run on `bank` and `cluster`: the environment parameters in `float_dtype`,
-    the jitted init, chunk of updates, greedy and sampled episodes, each traced and run inside
-    `precision.scope(float_dtype)`. `mesh` (`sharding.episode_mesh()`)
-    splits the episodes over its devices; the constants are then replicated on it."""
+    the jitted init, chunk of updates, greedy, sampled and polishing episodes, each traced and
+    run inside `precision.scope(float_dtype)`. `mesh` (`sharding.episode_mesh()`) splits the
+    episodes over its devices; the constants are then replicated on it."""
     trainer = Trainer.create(config, bank, cluster.broadcast, mesh)
-    env_params = trainer.env.env_params(bank, cluster, float_dtype)
+    with precision.scope(float_dtype):  # float64 arrays need 64-bit types on
+        env_params = trainer.env.env_params(bank, cluster, float_dtype)
     hyper = Hyper.of(config)
     init = jax.jit(trainer.init)
     if mesh is not None:
@@ -463,6 +522,7 @@ def make_train(
         updates=precision.Scoped(jax.jit(trainer.updates, static_argnames="count"), float_dtype),
         greedy=precision.Scoped(jax.jit(trainer.greedy), float_dtype),
         sample=precision.Scoped(jax.jit(trainer.sample, static_argnames="count"), float_dtype),
+        polish=precision.Scoped(jax.jit(trainer.polish, static_argnames="proposer"), float_dtype),
         env_params=env_params,
         hyper=hyper,
         trainer=trainer,

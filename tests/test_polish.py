@@ -1,0 +1,96 @@
+"""Policy-guided search (`Trainer.polish`, `evaluate.polish_with`): a move is kept only when the
+simulated runtime drops, by hand on two chains and against a NumPy re-implementation of the same
+rule on a random graph."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from placeto_jax import Cluster, Graph, simulate
+from placeto_jax.config import Config, EnvConfig, PolicyConfig
+from placeto_jax.env import build_bank, prepare
+from placeto_jax.env.start import with_start
+from placeto_jax.graphs import generators
+from placeto_jax.rl.evaluate import polish_with
+from placeto_jax.rl.train import make_train
+
+# Fast buses, no overheads: makespans by hand.
+CLUSTER = Cluster(n_devices=2, speed=1.0, bandwidth=1000.0, delta1=0.0, delta2=0.0)
+
+
+def two_chains() -> Graph:
+    """a -> b and c -> d, 100 µs each: 400 µs on one device, 200 µs with a chain on each."""
+    return Graph.from_edges([100.0] * 4, [10.0] * 4, [(0, 1), (2, 3)], names=list("abcd"))
+
+
+def _zeroed(run):
+    """Parameters with every logit equal: the proposal is the lowest allowed other device."""
+    params = run.init(jax.random.key(1), run.env_params).params
+    return jax.tree.map(jnp.zeros_like, params)
+
+
+def test_moves_that_help_are_kept_and_the_rest_undone():
+    # From everything on device 0 (400 µs), in topological order: moving a (or c) to device 1
+    # gives 300 µs, moving its successor after it gives 200 µs; every later move would give
+    # 300 µs and is undone, so two moves are kept and the chains end on different devices.
+    config = Config(n_devices=2, env=EnvConfig(initial_placement="given"),
+                    policy=PolicyConfig(rounds=1))  # fmt: skip
+    pg = with_start(prepare("chains", two_chains()), np.zeros(4, int), "single", 2)
+    run = make_train(config, build_bank([pg]), CLUSTER)
+    out = jax.device_get(run.polish(_zeroed(run), run.env_params))
+    assert int(out["kept"][0]) == 2
+    placement = out["placement"][0, :4]
+    assert placement[0] == placement[1] != placement[2] == placement[3]
+    # runtimes in the env's units: divided by the initial runtime
+    assert float(out["runtime"][0]) == pytest.approx(0.5)
+    assert float(out["initial_runtime"][0]) == pytest.approx(1.0)
+    (placed,) = polish_with(run, _zeroed(run), run.env_params, [pg], CLUSTER)
+    assert placed.makespan == pytest.approx(200.0) and placed.initial_makespan == pytest.approx(400)
+    assert placed.start == "single" and placed.episode_steps == 5  # 4 steps and the initial one
+
+
+def _reference(graph: Graph, cluster: Cluster, start: np.ndarray, passes: int) -> np.ndarray:
+    """The same rule on the host in float64: ops in topological order, `passes` times; propose
+    the lowest device other than the op's own, keep it if the makespan drops."""
+    placement = start.copy()
+    best = simulate(graph, cluster, placement).makespan
+    for _ in range(passes):
+        for op in graph.topological_order:
+            trial = placement.copy()
+            trial[op] = 1 if placement[op] == 0 else 0
+            makespan = simulate(graph, cluster, trial).makespan
+            if makespan < best:
+                placement, best = trial, makespan
+    return placement
+
+
+def test_the_search_matches_a_host_reference_of_the_same_rule():
+    graph = generators.layered(30, seed=3)
+    cluster = Cluster(n_devices=3, speed=1.0, bandwidth=2.0, delta1=0.0, delta2=0.0)
+    start = np.random.default_rng(0).integers(0, 3, graph.n_ops)
+    config = Config(n_devices=3, env=EnvConfig(initial_placement="given", passes=2),
+                    policy=PolicyConfig(rounds=1))  # fmt: skip
+    pg = with_start(prepare("layered", graph), start, "random", 3)
+    run = make_train(config, build_bank([pg]), cluster, float_dtype=jnp.float64)
+    out = jax.device_get(run.polish(_zeroed(run), run.env_params))
+    expected = _reference(graph, cluster, start, passes=2)
+    np.testing.assert_array_equal(out["placement"][0, : graph.n_ops], expected)
+    assert simulate(graph, cluster, expected).makespan < simulate(graph, cluster, start).makespan
+
+
+def test_random_proposals_never_make_it_worse_and_a_bad_proposer_is_named():
+    graph = generators.layered(30, seed=4)
+    cluster = Cluster(n_devices=3, speed=1.0, bandwidth=2.0, delta1=0.0, delta2=0.0)
+    start = np.zeros(graph.n_ops, int)
+    config = Config(n_devices=3, env=EnvConfig(initial_placement="given"),
+                    policy=PolicyConfig(rounds=1))  # fmt: skip
+    pg = with_start(prepare("layered", graph), start, "single", 3)
+    run = make_train(config, build_bank([pg]), cluster)
+    (placed,) = polish_with(run, _zeroed(run), run.env_params, [pg], cluster, "random")
+    assert placed.makespan <= placed.initial_makespan
+    assert placed.makespan == pytest.approx(simulate(graph, cluster, placed.placement).makespan)
+    with pytest.raises(ValueError, match='proposer must be "policy" or "random"'):
+        run.polish(_zeroed(run), run.env_params, proposer="best")
