@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import apply, make_config
-from placeto_jax.env.bank import build_bank, prepare
+from placeto_jax.env.bank import prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.files import write_json
 from placeto_jax.graphs.registry import resolve_graph
@@ -47,8 +47,7 @@ from placeto_jax.reproduce.efficiency import placeto_cost
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.reproduce.programs import release_compiled_programs
 from placeto_jax.reproduce.table1 import GRAPHS as TABLE1_GRAPHS
-from placeto_jax.rl.evaluate import SCREENED, Placement, place_with, polish_with
-from placeto_jax.rl.train import make_train
+from placeto_jax.rl.evaluate import SCREENED, Placement, place_with, polish_placements
 
 ROOT = Path(__file__).resolve().parents[1]
 MS = 1e3  # µs
@@ -146,17 +145,13 @@ def passes(text: str) -> int:
 def polished(
     case: Case, config, first: Placement, params, passes: int, proposer: str = "policy"
 ) -> tuple[Placement, int]:
-    """(placement, evaluations) of policy-guided search on the op graph (`Trainer.polish`) from
-    `first`'s placement with the first stage's policy, `passes` visits of every op; the better
-    of `first` and its result. Evaluations: one per step and the initial simulation, plus the
-    exact ranking of the two."""
-    cluster = case.cluster
-    config = apply(config, {"env.passes": passes})
-    pg = prepare(case.label, case.graph, 0, cluster.delta1)  # co-located ops still tied
-    pg = with_start(pg, first.placement, "placeto", cluster.n_devices, cluster.delta1)
-    run = make_train(config, build_bank([pg], config.run.buckets), cluster)
-    (placed,) = polish_with(run, params, run.env_params, [pg], cluster, proposer)
-    return placed, placed.episode_steps + placed.evaluations
+    """(placement, evaluations) of policy-guided search on the op graph (`polish_placements`)
+    from `first`'s placement with the first stage's policy, `passes` visits of every op; the
+    better of `first` and its result. Evaluations: one per step and the initial simulation,
+    plus the exact ranking of the two."""
+    pg = prepare(case.label, case.graph, 0, case.cluster.delta1)
+    (placed,) = polish_placements(config, params, [pg], [first], case.cluster, passes, proposer)
+    return placed, placed.polish_steps + placed.evaluations - first.evaluations
 
 
 def placeto_runs(

@@ -168,6 +168,21 @@ def test_place_and_eval_improve_from_a_start(run_dir, capsys):
     assert "start ms" in out and "(best-op)" in out
 
 
+def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
+    argv = ["place", "layered:40", "--checkpoint", str(run_dir), "--json"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--polish", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["polish_steps"] == 2 * 40 + 1  # every op twice, and the initial simulation
+    assert doc["makespan_us"] <= plain["makespan_us"]
+    assert doc["initial_makespan_us"] == pytest.approx(plain["initial_makespan_us"])
+    simulated = _simulated("layered:40", "placeto-k80", 2, doc["placement"])
+    assert doc["makespan_us"] == pytest.approx(float(simulated.makespan))
+    assert main(argv[:-1] + ["--polish", "1"]) == 0
+    assert "op-graph ones of policy-guided search" in capsys.readouterr().out
+
+
 def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys):
     start = tmp_path / "start.json"
     start.write_text(json.dumps([0, 1]))
@@ -231,7 +246,15 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         ([*TRAIN_DIAMOND, "--start", "bogus"], "unknown start 'bogus'"),
         (
             ["place", "example:diamond", "--method", "single", "--devices", "2", "--start", "best"],
-            "--start, --samples, --temperature and --passes place with a policy",
+            "--start, --samples, --temperature, --passes and --polish place with a policy",
+        ),
+        (
+            ["place", "example:diamond", "--method", "single", "--devices", "2", "--polish", "1"],
+            "--start, --samples, --temperature, --passes and --polish place with a policy",
+        ),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--polish", "-1"],
+            "--polish must be >= 0, got -1",
         ),
         (
             ["place", "example:diamond", "--checkpoint", "{run}", "--samples", "-1"],

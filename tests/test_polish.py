@@ -49,7 +49,7 @@ def test_moves_that_help_are_kept_and_the_rest_undone():
     assert float(out["initial_runtime"][0]) == pytest.approx(1.0)
     (placed,) = polish_with(run, _zeroed(run), run.env_params, [pg], CLUSTER)
     assert placed.makespan == pytest.approx(200.0) and placed.initial_makespan == pytest.approx(400)
-    assert placed.start == "single" and placed.episode_steps == 5  # 4 steps and the initial one
+    assert placed.start == "single" and placed.polish_steps == 5  # 4 steps and the initial one
 
 
 def _reference(graph: Graph, cluster: Cluster, start: np.ndarray, passes: int) -> np.ndarray:

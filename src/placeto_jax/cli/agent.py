@@ -43,7 +43,7 @@ from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import METHODS, PlacerResult, best_heuristic, run_method
 from placeto_jax.reproduce.starts import STARTS, check_start, started
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
-from placeto_jax.rl.evaluate import Placement, found_placements, place_graphs
+from placeto_jax.rl.evaluate import Placement, found_placements, place_graphs, polish_placements
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.rl.train import make_train
@@ -164,7 +164,8 @@ def add_start_option(parser: argparse.ArgumentParser, default: str | None) -> No
 
 
 def add_improve_options(parser: argparse.ArgumentParser) -> None:
-    """`--start`, `--samples`, `--temperature` and `--passes` of `place` and `eval`."""
+    """`--start`, `--samples`, `--temperature`, `--passes` and `--polish` of `place` and
+    `eval`."""
     add_start_option(parser, None)
     parser.add_argument(
         "--samples",
@@ -185,6 +186,15 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--passes", type=int, metavar="P", help="passes per episode (default: the run's own)"
+    )
+    parser.add_argument(
+        "--polish",
+        type=int,
+        default=0,
+        metavar="P",
+        help="then P passes of policy-guided search on the op graph: each op in turn moved to "
+        "the policy's most likely other device, kept only if the simulated step time drops "
+        "(one simulation per op and pass) (default: %(default)s, none)",
     )
 
 
@@ -344,14 +354,16 @@ def _placements(
     args: argparse.Namespace, spec: str, devices: int | None
 ) -> tuple[Cluster, list[PlacementGraph], list[Placement]]:
     """(the cluster placed on, the graphs of `spec` as the agent sees them, the policy's
-    placement of each), with `args`' checkpoint, cluster, start, samples, temperature and
-    passes."""
+    placement of each), with `args`' checkpoint, cluster, start, samples, temperature,
+    passes and polish."""
     if args.samples < 0:
         raise ValueError(f"--samples must be >= 0, got {args.samples}")
     if not (math.isfinite(args.temperature) and args.temperature > 0):
         raise ValueError(f"--temperature must be finite and > 0, got {args.temperature}")
     if args.passes is not None and args.passes < 1:
         raise ValueError(f"--passes must be >= 1, got {args.passes}")
+    if args.polish < 0:
+        raise ValueError(f"--polish must be >= 0, got {args.polish}")
     config = starting_config(run_config(args.checkpoint, devices, args.cluster), args.start)
     if args.passes is not None:
         config = apply(config, {"env.passes": args.passes})
@@ -360,6 +372,8 @@ def _placements(
     on = cluster_of(config)
     key = jax.random.key(args.seed)
     placed = place_graphs(config, params, graphs, on, args.samples, key, args.temperature)
+    if args.polish:
+        placed = polish_placements(config, params, graphs, placed, on, args.polish)
     return on, graphs, placed
 
 
@@ -391,9 +405,11 @@ def _tied(result) -> str:
 def _place_method(args: argparse.Namespace) -> int:
     if args.devices is None:
         raise ValueError("--method needs --devices")
-    if args.start is not None or args.samples or args.passes is not None or args.temperature != 1:
+    policy_options = (args.start, args.samples, args.passes, args.temperature != 1, args.polish)
+    if any(x not in (None, 0, False) for x in policy_options):
         raise ValueError(
-            "--start, --samples, --temperature and --passes place with a policy (--checkpoint)"
+            "--start, --samples, --temperature, --passes and --polish place with a policy "
+            "(--checkpoint)"
         )
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)

@@ -273,6 +273,7 @@ def policy_json(r: Placement, best: PlacerResult | None, cluster: Cluster) -> di
         "episodes": r.episodes,
         "episode_steps": r.episode_steps,
         "temperature": r.temperature,
+        "polish_steps": r.polish_steps,
         "best_heuristic": None
         if best is None
         else {
@@ -328,13 +329,15 @@ def _start_label(r: Placement) -> str:
 
 
 def search_line(r: Placement) -> str:
-    """What choosing the placement cost: episodes, their steps, exact simulations."""
+    """What choosing the placement cost: episodes, their steps, the policy-guided search's
+    steps, exact simulations."""
     at = f" at T = {r.temperature:g}" if r.temperature != 1 else ""
     sampled = f" + {r.episodes - 1} sampled{at}" if r.episodes > 1 else ""
+    polish = f", then {r.polish_steps} op-graph ones of policy-guided search" if r.polish_steps else ""
     return (
         f"search   1 greedy{sampled} episode(s) from {_start_label(r)}, {r.episode_steps} "
-        f"steps (grouped-graph simulations), {r.evaluations} placements simulated on the op "
-        "graph"
+        f"steps (grouped-graph simulations){polish}, {r.evaluations} placements simulated on "
+        "the op graph"
     )
 
 

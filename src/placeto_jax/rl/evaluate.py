@@ -21,9 +21,10 @@ import jax
 import numpy as np
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import Config
-from placeto_jax.env.bank import PlacementGraph, build_bank
+from placeto_jax.config import Config, apply
+from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.env.core import EnvParams
+from placeto_jax.env.start import with_start
 from placeto_jax.rl.train import Train, TrainState, make_train
 from placeto_jax.sim.api import simulate, single_device
 
@@ -46,6 +47,7 @@ class Placement:
     episodes: int = 1  # episodes whose visited placements were ranked (greedy + sampled)
     episode_steps: int = 0  # grouped-graph simulations those episodes made (one per step)
     temperature: float = 1.0  # of the sampled episodes (logits divided by it)
+    polish_steps: int = 0  # op-graph simulations of the policy-guided search after them
 
 
 def place_graphs(
@@ -124,6 +126,48 @@ def place_with(
     return out
 
 
+def polish_placements(
+    config: Config,
+    params: Any,
+    graphs: list[PlacementGraph],
+    placed: list[Placement],
+    cluster: Cluster,
+    passes: int,
+    proposer: str = "policy",
+) -> list[Placement]:
+    """`placed` (one per graph of `graphs`) improved by `passes` passes of policy-guided search
+    on each op graph (`Trainer.polish`; co-located ops stay tied), all in one bank: one
+    compiled program. Each result is the better of its placement and the search's, by exact
+    simulation; its start and initial makespan stay the first placement's, its `evaluations`
+    add the ranking's and `polish_steps` counts the search's simulations."""
+    if passes < 1:
+        raise ValueError(f"polishing needs passes >= 1, got {passes}")
+    overhead = cluster.delta1
+    config = apply(
+        config,
+        {"env.passes": passes, "env.initial_placement": "given", "env.reward_graph": "ops"},
+    )
+    started = [
+        with_start(prepare(pg.name, pg.op_graph or pg.graph, 0, overhead), p.placement,
+                   p.start, cluster.n_devices, overhead)
+        for pg, p in zip(graphs, placed, strict=True)
+    ]  # fmt: skip
+    run = make_train(config, build_bank(started, config.run.buckets), cluster)
+    polished = polish_with(run, params, run.env_params, started, cluster, proposer)
+    return [
+        dataclasses.replace(
+            p,
+            placement=q.placement,
+            makespan=q.makespan,
+            peak_memory=q.peak_memory,
+            fits_memory=q.fits_memory,
+            evaluations=p.evaluations + q.evaluations,
+            polish_steps=q.polish_steps,
+        )
+        for p, q in zip(placed, polished, strict=True)
+    ]
+
+
 def polish_with(
     run: Train,
     params: Any,
@@ -134,7 +178,7 @@ def polish_with(
 ) -> list[Placement]:
     """Each graph that `env_params` plays (`graphs`, in that order) improved from its initial
     placement by `run`'s policy-guided search (`Trainer.polish`), the better of its start and
-    its result by an exact simulation of the op graph (`rank_visited`). `episode_steps` counts
+    its result by an exact simulation of the op graph (`rank_visited`). `polish_steps` counts
     the search's simulations: one per step, and the initial one."""
     config = run.trainer.config
     out = jax.device_get(run.polish(params, env_params, proposer=proposer))
@@ -143,7 +187,7 @@ def polish_with(
         candidates = np.stack([out["initial_placement"][i], out["placement"][i]])
         ranked = rank_visited(pg, cluster, candidates, start_name(config, pg))
         steps = config.env.passes * pg.n_units
-        placements.append(dataclasses.replace(ranked, episode_steps=steps + 1))
+        placements.append(dataclasses.replace(ranked, polish_steps=steps + 1))
     return placements
 
 
