@@ -179,7 +179,7 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     assert doc["initial_makespan_us"] == pytest.approx(plain["initial_makespan_us"])
     simulated = _simulated("layered:40", "placeto-k80", 2, doc["placement"])
     assert doc["makespan_us"] == pytest.approx(float(simulated.makespan))
-    assert main(argv[:-1] + ["--polish", "1"]) == 0
+    assert main([*argv[:-1], "--polish", "1"]) == 0
     assert "op-graph ones of policy-guided search" in capsys.readouterr().out
 
 

@@ -333,7 +333,8 @@ def search_line(r: Placement) -> str:
     steps, exact simulations."""
     at = f" at T = {r.temperature:g}" if r.temperature != 1 else ""
     sampled = f" + {r.episodes - 1} sampled{at}" if r.episodes > 1 else ""
-    polish = f", then {r.polish_steps} op-graph ones of policy-guided search" if r.polish_steps else ""
+    polish = f", then {r.polish_steps} op-graph ones of policy-guided search"
+    polish = polish if r.polish_steps else ""
     return (
         f"search   1 greedy{sampled} episode(s) from {_start_label(r)}, {r.episode_steps} "
         f"steps (grouped-graph simulations){polish}, {r.evaluations} placements simulated on "
