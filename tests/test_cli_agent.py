@@ -169,18 +169,16 @@ def test_place_and_eval_improve_from_a_start(run_dir, capsys):
 
 
 def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
-    argv = ["place", "layered:40", "--checkpoint", str(run_dir), "--json"]
+    argv = ["place", "layered:24", "--checkpoint", str(run_dir), "--json"]
     assert main(argv) == 0
     plain = json.loads(capsys.readouterr().out)
     assert main([*argv, "--polish", "2"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["polish_steps"] == 2 * 40 + 1  # every op twice, and the initial simulation
+    assert doc["polish_steps"] == 2 * 24 + 1  # every op twice, and the initial simulation
     assert doc["makespan_us"] <= plain["makespan_us"]
     assert doc["initial_makespan_us"] == pytest.approx(plain["initial_makespan_us"])
-    simulated = _simulated("layered:40", "placeto-k80", 2, doc["placement"])
+    simulated = _simulated("layered:24", "placeto-k80", 2, doc["placement"])
     assert doc["makespan_us"] == pytest.approx(float(simulated.makespan))
-    assert main([*argv[:-1], "--polish", "1"]) == 0
-    assert "op-graph ones of policy-guided search" in capsys.readouterr().out
 
 
 def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from placeto_jax import Cluster, Graph, simulate
+from placeto_jax.cli.format import search_line
 from placeto_jax.config import Config, EnvConfig, PolicyConfig
 from placeto_jax.env import build_bank, prepare
 from placeto_jax.env.start import with_start
@@ -50,6 +51,7 @@ def test_moves_that_help_are_kept_and_the_rest_undone():
     (placed,) = polish_with(run, _zeroed(run), run.env_params, [pg], CLUSTER)
     assert placed.makespan == pytest.approx(200.0) and placed.initial_makespan == pytest.approx(400)
     assert placed.start == "single" and placed.polish_steps == 5  # 4 steps and the initial one
+    assert ", then 5 op-graph ones of policy-guided search," in search_line(placed)
 
 
 def _reference(graph: Graph, cluster: Cluster, start: np.ndarray, passes: int) -> np.ndarray:

@@ -63,14 +63,14 @@ def _check(seeds, row: int, block: int) -> None:
                     )
 
 
-def test_wide_loop_equals_the_reference_on_every_eighth_random_case():
-    """Rows of 2 consumers, blocks of 4 slots (16 blocks): 65 cases x 4 placements, exact."""
-    _check(range(0, 520, 8), row=2, block=4)
+def test_wide_loop_equals_the_reference_on_every_32nd_random_case():
+    """Rows of 2 consumers, blocks of 4 slots (16 blocks): 17 cases x 4 placements, exact."""
+    _check(range(0, 520, 32), row=2, block=4)
 
 
 @pytest.mark.slow
 def test_wide_loop_equals_the_reference_on_the_other_random_cases():
-    _check([seed for seed in range(520) if seed % 8], row=2, block=4)
+    _check([seed for seed in range(520) if seed % 32], row=2, block=4)
 
 
 @pytest.mark.slow
