@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import apply, make_config
-from placeto_jax.env.bank import prepare
+from placeto_jax.env.bank import PlacementGraph, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.files import write_json
 from placeto_jax.graphs.registry import resolve_graph
@@ -149,7 +149,7 @@ def polished(
     from `first`'s placement with the first stage's policy, `passes` visits of every op; the
     better of `first` and its result. Evaluations: one per step and the initial simulation,
     plus the exact ranking of the two."""
-    pg = prepare(case.label, case.graph, 0, case.cluster.delta1)
+    pg = PlacementGraph(case.label, case.graph)  # polish_placements prepares the op graph
     (placed,) = polish_placements(config, params, [pg], [first], case.cluster, passes, proposer)
     return placed, placed.polish_steps + placed.evaluations - first.evaluations
 
