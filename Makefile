@@ -21,7 +21,7 @@ run: install  ## train Placeto on family:nmt/train (4 devices, CPU preset), plac
 	$(VENV)/bin/placeto-jax eval --checkpoint $(RUN_DIR) --graphs family:nmt/test
 
 test: install  ## the default suite (slow tests excluded)
-	$(PY) -m pytest -q -n 2 --durations=25
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
 
 test-slow: install  ## only the slow tests
 	$(PY) -m pytest -q -n 2 -m slow

@@ -7,13 +7,25 @@ Compiled programs go to a persistent compilation cache shared by the session's w
 tests which build the same program again (a resumed run, a second CLI call) load it instead of
 compiling it again. It lives in pytest's base temporary directory, which pytest removes after a
 few sessions, unless `JAX_COMPILATION_CACHE_DIR` names a cache of the user's.
+
+Compiling is most of the suite's time on this CPU, so the tests ask XLA for its lowest backend
+optimisation level (about 30% less time here). `test_codegen.py` reruns the simulator's
+bit-equality checks against the reference with the code users get (the default level);
+`PLACETO_TEST_DEFAULT_CODEGEN=1` runs every test that way, and an `XLA_FLAGS` that sets
+`xla_backend_optimization_level` itself is left as it is.
 """
 
 import os
 
-import jax
-import pytest
-from jax.experimental.compilation_cache import compilation_cache as jax_cache
+OPTIMIZATION_FLAG = "--xla_backend_optimization_level"
+if OPTIMIZATION_FLAG not in os.environ.get("XLA_FLAGS", "") and not os.environ.get(
+    "PLACETO_TEST_DEFAULT_CODEGEN"
+):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {OPTIMIZATION_FLAG}=0".strip()
+
+import jax  # noqa: E402  (after XLA_FLAGS, which the CPU client reads when it is made)
+import pytest  # noqa: E402
+from jax.experimental.compilation_cache import compilation_cache as jax_cache  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
