@@ -18,10 +18,18 @@ bit-equality checks against the reference with the code users get (the default l
 import os
 
 OPTIMIZATION_FLAG = "--xla_backend_optimization_level"
-if OPTIMIZATION_FLAG not in os.environ.get("XLA_FLAGS", "") and not os.environ.get(
-    "PLACETO_TEST_DEFAULT_CODEGEN"
-):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {OPTIMIZATION_FLAG}=0".strip()
+
+
+def suite_xla_flags(environ) -> str:
+    """The XLA_FLAGS the suite runs with: the given ones, at level 0 unless they set a level
+    or PLACETO_TEST_DEFAULT_CODEGEN asks for the default."""
+    flags = environ.get("XLA_FLAGS", "")
+    if OPTIMIZATION_FLAG in flags or environ.get("PLACETO_TEST_DEFAULT_CODEGEN"):
+        return flags
+    return f"{flags} {OPTIMIZATION_FLAG}=0".strip()
+
+
+os.environ["XLA_FLAGS"] = suite_xla_flags(os.environ)
 
 import jax  # noqa: E402  (after XLA_FLAGS, which the CPU client reads when it is made)
 import pytest  # noqa: E402

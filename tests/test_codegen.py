@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import OPTIMIZATION_FLAG
+from conftest import OPTIMIZATION_FLAG, suite_xla_flags
 
 TESTS = Path(__file__).parent
 CHECKS = [
@@ -25,10 +25,14 @@ def _without_the_optimization_flag(flags: str) -> str:
     return " ".join(f for f in flags.split() if not f.startswith(OPTIMIZATION_FLAG))
 
 
-def test_the_flag_is_set_for_the_suite_and_removed_for_these_checks():
-    at_zero = f"{OPTIMIZATION_FLAG}=0" in os.environ.get("XLA_FLAGS", "")
-    assert at_zero != bool(os.environ.get("PLACETO_TEST_DEFAULT_CODEGEN"))
-    assert _without_the_optimization_flag(f"--a=1 {OPTIMIZATION_FLAG}=0 --b") == "--a=1 --b"
+def test_the_suite_adds_level_zero_unless_told_otherwise():
+    level = f"{OPTIMIZATION_FLAG}=0"
+    assert suite_xla_flags({}) == level
+    assert suite_xla_flags({"XLA_FLAGS": "--a=1"}) == f"--a=1 {level}"
+    assert suite_xla_flags({"XLA_FLAGS": f"{OPTIMIZATION_FLAG}=2"}) == f"{OPTIMIZATION_FLAG}=2"
+    assert suite_xla_flags({"XLA_FLAGS": "--a=1", "PLACETO_TEST_DEFAULT_CODEGEN": "1"}) == "--a=1"
+    assert suite_xla_flags(os.environ) == os.environ["XLA_FLAGS"]  # applied at collection
+    assert _without_the_optimization_flag(f"--a=1 {level} --b") == "--a=1 --b"
 
 
 def test_the_simulator_equals_the_reference_at_the_default_optimization_level(tmp_path):

@@ -46,7 +46,7 @@ def _setup(iterations: int, extra=()):
 
 def test_same_seed_and_config_give_identical_parameters():
     config, bank = _setup(2)
-    train = make_train(config, bank, CLUSTER).run  # the programs of the next test, compiled once
+    train = make_train(config, bank, CLUSTER).run  # the remembers-best test's programs
     a, metrics = train(jax.random.key(7))
     b, _ = train(jax.random.key(7))
     c, _ = train(jax.random.key(8))
