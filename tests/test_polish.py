@@ -11,11 +11,11 @@ import pytest
 
 from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.cli.format import search_line
-from placeto_jax.config import Config, EnvConfig, PolicyConfig
+from placeto_jax.config import Config, EnvConfig, PolicyConfig, RunConfig
 from placeto_jax.env import build_bank, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs import generators
-from placeto_jax.rl.evaluate import polish_with
+from placeto_jax.rl.evaluate import Placement, polish_buckets, polish_placements, polish_with
 from placeto_jax.rl.train import make_train
 
 # Fast buses, no overheads: makespans by hand.
@@ -96,3 +96,29 @@ def test_random_proposals_never_make_it_worse_and_a_bad_proposer_is_named():
     assert placed.makespan == pytest.approx(simulate(graph, cluster, placed.placement).makespan)
     with pytest.raises(ValueError, match='proposer must be "policy" or "random"'):
         run.polish(_zeroed(run), run.env_params, proposer="best")
+
+
+def test_polishing_an_op_graph_larger_than_every_bucket_of_the_run():
+    # The run trained on groups (buckets up to 32 nodes); its 40-op graphs are searched as ops,
+    # in a bucket added for them: fine_bucket(40) = 64. Larger graphs round up to an eighth of
+    # their power of two, at least 64: 100 -> 128, 600 -> 640.
+    config = Config(n_devices=2, run=RunConfig(buckets=(16, 32)), policy=PolicyConfig(rounds=1))
+    graph = generators.layered(40, seed=5)
+    pg = prepare("layered", graph, group_target=8)
+    assert pg.graph.n_ops <= 8 and pg.op_graph is graph
+    alone = [prepare(f"g{n}", generators.layered(n, seed=1)) for n in (20, 100, 600)]
+    assert polish_buckets(config, alone[:1]) == (16, 32)
+    assert polish_buckets(config, alone[:2]) == (16, 32, 128)
+    assert polish_buckets(config, alone) == (16, 32, 640)
+    assert polish_buckets(config, [prepare("ops", graph)]) == (16, 32, 64)
+    # End to end: a single-device start polished on the op graph, equal to the host rule.
+    run = make_train(config, build_bank([pg]), CLUSTER)
+    start = np.zeros(graph.n_ops, int)
+    placed = Placement(graph="layered", placement=start, makespan=0.0,
+                       single_device_makespan=0.0, initial_makespan=0.0,
+                       peak_memory=np.zeros(2), fits_memory=True, n_nodes=pg.graph.n_ops,
+                       n_units=pg.n_units, evaluations=1, start="single")  # fmt: skip
+    (polished,) = polish_placements(config, _zeroed(run), [pg], [placed], CLUSTER, passes=1)
+    expected = _reference(graph, CLUSTER, start, passes=1)
+    assert polished.makespan == pytest.approx(simulate(graph, CLUSTER, expected).makespan)
+    assert polished.polish_steps == graph.n_ops + 1

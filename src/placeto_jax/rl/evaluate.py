@@ -27,6 +27,7 @@ from placeto_jax.env.core import EnvParams
 from placeto_jax.env.start import with_start
 from placeto_jax.rl.train import Train, TrainState, make_train
 from placeto_jax.sim.api import simulate, single_device
+from placeto_jax.sim.padded import fine_bucket
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +153,7 @@ def polish_placements(
                    p.start, cluster.n_devices, overhead)
         for pg, p in zip(graphs, placed, strict=True)
     ]  # fmt: skip
-    run = make_train(config, build_bank(started, config.run.buckets), cluster)
+    run = make_train(config, build_bank(started, polish_buckets(config, started)), cluster)
     polished = polish_with(run, params, run.env_params, started, cluster, proposer)
     return [
         dataclasses.replace(
@@ -166,6 +167,15 @@ def polish_placements(
         )
         for p, q in zip(placed, polished, strict=True)
     ]
+
+
+def polish_buckets(config: Config, graphs: list[PlacementGraph]) -> tuple[int, ...]:
+    """The run's buckets, and one that holds the largest op graph of `graphs` when none does
+    (the run trained on groups; polishing searches the ops themselves)."""
+    largest = max(pg.graph.n_ops for pg in graphs)
+    if largest <= max(config.run.buckets):
+        return config.run.buckets
+    return (*config.run.buckets, fine_bucket(largest))
 
 
 def polish_with(
