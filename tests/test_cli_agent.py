@@ -27,6 +27,7 @@ TINY = [
 ]
 
 
+PLACE_SINGLE = ["place", "example:diamond", "--method", "single", "--devices", "2"]
 TRAIN_DIAMOND = ["train", "--graphs", "example:diamond", "--devices", "2", "--workdir", "{tmp}/w"]
 
 
@@ -179,6 +180,14 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     assert doc["initial_makespan_us"] == pytest.approx(plain["initial_makespan_us"])
     simulated = _simulated("layered:24", "placeto-k80", 2, doc["placement"])
     assert doc["makespan_us"] == pytest.approx(float(simulated.makespan))
+    # In blocks of 8: on 2 devices every op's proposal is the other device, so every op is
+    # simulated moved, twice, and the helpful moves of each block together besides.
+    assert main([*argv, "--polish", "2", "--polish-block", "8"]) == 0
+    blocks = json.loads(capsys.readouterr().out)
+    assert blocks["polish_steps"] >= 2 * 24 + 1
+    assert blocks["makespan_us"] <= plain["makespan_us"]
+    simulated = _simulated("layered:24", "placeto-k80", 2, blocks["placement"])
+    assert blocks["makespan_us"] == pytest.approx(float(simulated.makespan))
 
 
 def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys):
@@ -253,6 +262,18 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         (
             ["place", "example:diamond", "--checkpoint", "{run}", "--polish", "-1"],
             "--polish must be >= 0, got -1",
+        ),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--polish-block", "0"],
+            "--polish-block must be >= 1, got 0",
+        ),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--polish-block", "4"],
+            "--polish-block sets how --polish proposes moves: give --polish P too",
+        ),
+        (
+            [*PLACE_SINGLE, "--polish-block", "4"],
+            "--start, --samples, --temperature, --passes and --polish place with a policy",
         ),
         (
             ["place", "example:diamond", "--checkpoint", "{run}", "--samples", "-1"],

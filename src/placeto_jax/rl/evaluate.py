@@ -25,7 +25,7 @@ from placeto_jax.config import Config, apply
 from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.env.core import EnvParams
 from placeto_jax.env.start import with_start
-from placeto_jax.rl.train import Train, TrainState, make_train
+from placeto_jax.rl.train import EVAL_KEY, Train, TrainState, make_train
 from placeto_jax.sim.api import simulate, single_device
 from placeto_jax.sim.padded import fine_bucket
 
@@ -135,14 +135,18 @@ def polish_placements(
     cluster: Cluster,
     passes: int,
     proposer: str = "policy",
+    block: int = 1,
 ) -> list[Placement]:
     """`placed` (one per graph of `graphs`) improved by `passes` passes of policy-guided search
-    on each op graph (`Trainer.polish`; co-located ops stay tied), all in one bank: one
-    compiled program. Each result is the better of its placement and the search's, by exact
-    simulation; its start and initial makespan stay the first placement's, its `evaluations`
-    add the ranking's and `polish_steps` counts the search's simulations."""
+    on each op graph (co-located ops stay tied), all in one bank: one compiled program. `block`
+    1: one proposal at a time (`Trainer.polish`); more: `block` proposals at a time, simulated
+    together (`polish_in_blocks`). Each result is the better of its placement and the search's,
+    by exact simulation; its start and initial makespan stay the first placement's, its
+    `evaluations` add the ranking's and `polish_steps` counts the search's simulations."""
     if passes < 1:
         raise ValueError(f"polishing needs passes >= 1, got {passes}")
+    if block < 1:
+        raise ValueError(f"polishing needs a block of >= 1 proposals, got {block}")
     overhead = cluster.delta1
     config = apply(
         config,
@@ -154,7 +158,10 @@ def polish_placements(
         for pg, p in zip(graphs, placed, strict=True)
     ]  # fmt: skip
     run = make_train(config, build_bank(started, polish_buckets(config, started)), cluster)
-    polished = polish_with(run, params, run.env_params, started, cluster, proposer)
+    if block == 1:
+        polished = polish_with(run, params, run.env_params, started, cluster, proposer)
+    else:
+        polished = polish_in_blocks(run, params, started, cluster, block, proposer)
     return [
         dataclasses.replace(
             p,
@@ -199,6 +206,101 @@ def polish_with(
         steps = config.env.passes * pg.n_units
         placements.append(dataclasses.replace(ranked, polish_steps=steps + 1))
     return placements
+
+
+def polish_in_blocks(
+    run: Train,
+    params: Any,
+    graphs: list[PlacementGraph],
+    cluster: Cluster,
+    block: int,
+    proposer: str = "policy",
+) -> list[Placement]:
+    """Each graph of `run`'s bank (`graphs`, in that order, each its own op graph with a given
+    start) improved by policy-guided search `block` proposals at a time, in the bank's unit
+    order for `env.passes` passes: the next `block` units each get `polish`'s proposal from the
+    current placement (`Train.propose`), the moves are simulated together (one batch, float64),
+    and of the moves that help, the best alone and the best k together for every k (one more
+    batch) are compared; the fastest, fitting memory first, becomes the current placement.
+    So a block costs its moves plus the helpful ones less one, and a pass of N units costs
+    about N simulations, as one-at-a-time polishing does, but in batches. `polish_steps`
+    counts every simulation, the start's included."""
+    config = run.trainer.config
+    bank = jax.device_get(run.env_params.bank)
+    n_pad = run.trainer.n_pad
+    placements = []
+    for i, pg in enumerate(graphs):
+        op_graph, n = pg.graph, pg.graph.n_ops
+        unit_of = np.asarray(bank.unit[i, :n])
+        n_units = int(bank.n_units[i])
+        order = np.asarray(bank.order[i, :n_units])
+        current = np.asarray(pg.start.placement, dtype=np.int64)
+        now = simulate(op_graph, cluster, current)
+        score, steps = _fits_first(now, cluster), 1
+        total = config.env.passes * n_units
+        for first in range(0, total, block):
+            at = first + np.arange(block, dtype=np.int32)
+            proposed = run.propose(
+                params, run.env_params, i, _padded(current, n_pad), _padded(now.start, n_pad),
+                at, jax.random.fold_in(jax.random.key(EVAL_KEY), first), proposer=proposer,
+            )  # fmt: skip
+            moves = _moves(current, unit_of, order[at[at < total] % n_units],
+                           np.asarray(proposed)[at < total])  # fmt: skip
+            if not moves:
+                continue
+            trials = np.stack([_moved(current, unit_of, m) for m in moves])
+            singles = simulate(op_graph, cluster, trials)
+            scores = _fits_first(singles, cluster)
+            helpful = [j for j in sorted(range(len(moves)), key=lambda j: scores[j])
+                       if scores[j] < score]  # fmt: skip
+            steps += len(moves)
+            if not helpful:
+                continue
+            # the best k helpful moves together, for k = 1 (simulated already) to all of them
+            tried = []
+            for j in helpful:
+                tried.append(_moved(tried[-1] if tried else current, unit_of, moves[j]))
+            runs = [singles[helpful[0]]]
+            if len(tried) > 1:
+                combined = simulate(op_graph, cluster, np.stack(tried[1:]))
+                runs += [combined[k] for k in range(len(tried) - 1)]
+                steps += len(tried) - 1
+            best = min(range(len(tried)), key=lambda k: _fits_first(runs[k], cluster))
+            current, now = tried[best], runs[best]
+            score = _fits_first(now, cluster)
+        ranked = rank_visited(pg, cluster, np.stack([pg.start.placement, current]),
+                              start_name(config, pg))  # fmt: skip
+        placements.append(dataclasses.replace(ranked, polish_steps=steps))
+    return placements
+
+
+def _fits_first(runs, cluster: Cluster):
+    """(does not fit memory, makespan µs) of one simulation, or a list of them for a batch:
+    the order in which the search compares placements."""
+    fits = np.all(np.asarray(runs.peak_memory) <= cluster.memory_array, axis=-1)
+    keys = np.stack([~fits, np.asarray(runs.makespan)], axis=-1).tolist()
+    return [tuple(k) for k in keys] if isinstance(keys[0], list) else tuple(keys)
+
+
+def _padded(x: np.ndarray, n_pad: int) -> np.ndarray:
+    out = np.zeros(n_pad, dtype=np.int32 if x.dtype.kind in "iu" else np.float32)
+    out[: x.size] = x
+    return out
+
+
+def _moves(current, unit_of, units, devices) -> list[tuple[int, int]]:
+    """(unit, device) for each proposal that moves its unit somewhere else."""
+    return [
+        (int(u), int(d))
+        for u, d in zip(units, devices, strict=True)
+        if d != current[np.argmax(unit_of == u)]
+    ]
+
+
+def _moved(current: np.ndarray, unit_of: np.ndarray, move: tuple[int, int]) -> np.ndarray:
+    """`current` with every op of the unit of `move` (unit, device) on that device."""
+    unit, device = move
+    return np.where(unit_of == unit, device, current)
 
 
 SCREENED = 64  # sampled placements per graph simulated exactly (the episodes' best distinct)

@@ -261,25 +261,16 @@ class Trainer:
         step, as in any episode. Returns "initial_placement", "placement" [K, N] int32 (the
         final one, also the best), "initial_runtime", "runtime" [K] (env units) and "kept" [K]
         int32 moves kept."""
-        if proposer not in ("policy", "random"):
-            raise ValueError(f'proposer must be "policy" or "random", got {proposer!r}')
+        _check_proposer(proposer)
         graphs = env_params.graphs
         key = jax.random.key(EVAL_KEY)
         reset = jax.vmap(lambda k, g: self.env.reset(k, env_params.on_graph(g)))
         state, obs = reset(jax.random.split(key, graphs.shape[0]), graphs)
         initial = state
-        devices = jnp.arange(self.env.n_devices)
 
         def step(carry, step_key):
             state, obs, kept = carry
-            own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)  # [K]
-            others = obs.action_mask & (devices[None, :] != own[:, None])  # [K, D]
-            if proposer == "policy":
-                logits = jax.vmap(self.policy.apply, (None, 0))(params, obs)
-            else:
-                logits = jax.random.uniform(step_key, others.shape)
-            proposal = jnp.argmax(jnp.where(others, logits, -jnp.inf), axis=1)
-            action = jnp.where(others.any(axis=1), proposal, own)
+            action = self.proposals(params, obs, step_key, proposer)
             moved, _, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
                 step_key, state, action, env_params
             )
@@ -300,6 +291,46 @@ class Trainer:
             "runtime": state.runtime,
             "kept": kept,
         }
+
+    def proposals(self, params: Any, obs: Any, key: jax.Array, proposer: str) -> jax.Array:
+        """[K] int32: for observations batched over K, the move `polish` proposes for each
+        current unit: the policy's most likely allowed device other than the unit's own
+        (`proposer="random"`: a uniformly random one, drawn with `key`), or its own device when
+        no other is allowed."""
+        devices = jnp.arange(self.env.n_devices)
+        own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)  # [K]
+        others = obs.action_mask & (devices[None, :] != own[:, None])  # [K, D]
+        if proposer == "policy":
+            logits = jax.vmap(self.policy.apply, (None, 0))(params, obs)
+        else:
+            logits = jax.random.uniform(key, others.shape)
+        proposal = jnp.argmax(jnp.where(others, logits, -jnp.inf), axis=1)
+        return jnp.where(others.any(axis=1), proposal, own).astype(jnp.int32)
+
+    def propose_at(
+        self,
+        params: Any,
+        env_params: EnvParams,
+        graph: jax.Array,
+        placement: jax.Array,
+        start: jax.Array,
+        steps: jax.Array,
+        key: jax.Array,
+        proposer: str = "policy",
+    ) -> jax.Array:
+        """[M] int32: the proposal (`proposals`) at each of `steps` [M] (step t visits the unit
+        at position t mod units of the bank graph `graph`'s order) from one placement [N] int32
+        and its simulated start times [N] µs: what `polish` would propose there if nothing had
+        moved since. The observations are batched over M (one policy pass each)."""
+        _check_proposer(proposer)
+        order = env_params.bank.order[graph]
+
+        def observe(t):
+            return self.env.observe(
+                EnvState.replayed(graph, order, t, placement, start), env_params
+            )
+
+        return self.proposals(params, jax.vmap(observe)(steps), key, proposer)
 
     # ------------------------------------------------------------------ loss
     def grad_chunk(self) -> int:
@@ -435,6 +466,11 @@ class Trainer:
         )
 
 
+def _check_proposer(proposer: str) -> None:
+    if proposer not in ("policy", "random"):
+        raise ValueError(f'proposer must be "policy" or "random", got {proposer!r}')
+
+
 def sample_action(key: jax.Array, logits: jax.Array, temperature: jax.Array | float) -> jax.Array:
     """[...] int: a device drawn from softmax(logits / temperature) over the last axis of
     `logits` [..., D]; temperature 1 is the policy's own distribution, bit for bit."""
@@ -485,6 +521,8 @@ class Train(NamedTuple):
     # (key, params, env_params, count=C static, temperature=1.0) -> visited, runtime
     polish: Callable[..., dict[str, jax.Array]]
     # (params, env_params, proposer="policy" static) -> placements, runtimes, moves kept [K]
+    propose: Callable[..., jax.Array]
+    # (params, env_params, graph, placement, start, steps, key, proposer static) -> [M] devices
     env_params: EnvParams  # the whole bank, every graph played (replicated on the mesh)
     hyper: Hyper  # the config's learning rate and entropy weight
     trainer: Trainer  # the static parts (shapes, config, networks)
@@ -523,6 +561,9 @@ def make_train(
         greedy=precision.Scoped(jax.jit(trainer.greedy), float_dtype),
         sample=precision.Scoped(jax.jit(trainer.sample, static_argnames="count"), float_dtype),
         polish=precision.Scoped(jax.jit(trainer.polish, static_argnames="proposer"), float_dtype),
+        propose=precision.Scoped(
+            jax.jit(trainer.propose_at, static_argnames="proposer"), float_dtype
+        ),
         env_params=env_params,
         hyper=hyper,
         trainer=trainer,
