@@ -1,0 +1,48 @@
+"""experiments/zero_shot_table.py: item 2's ratios, geometric means and verdicts by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[1] / "experiments" / "zero_shot_table.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("zero_shot_table", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _entry(graph: str, placeto_us: float, heuristic_us: float) -> dict:
+    return {"graph": graph, "decisions": 48, "makespan_us": placeto_us, "polish_steps": 0,
+            "best_heuristic": {"method": "m-sct", "makespan_us": heuristic_us}}  # fmt: skip
+
+
+def test_ratios_geometric_means_and_the_verdict(tmp_path, capsys):
+    # ptb: 0.8 and 1.25 -> geomean 1.0, max 1.25 (not met); nmt: 0.9 and 1.0 -> 0.9487 (met)
+    doc = [_entry("family:ptb/24", 800, 1000), _entry("family:ptb/25", 2500, 2000)]
+    other = [_entry("family:nmt/24", 900, 1000), _entry("family:nmt/25", 1000, 1000)]
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    out = tmp_path / "table.json"
+    argv = [f"x={tmp_path / 'a.json'}", f"x={tmp_path / 'b.json'}", "--out", str(out)]
+    assert _module().main(argv) == 0
+    summary = {s["family"]: s for s in json.loads(out.read_text())["summary"]}
+    assert summary["family:ptb"]["geomean"] == pytest.approx(1.0)
+    assert summary["family:ptb"]["max"] == pytest.approx(1.25)
+    assert not summary["family:ptb"]["met"]
+    assert summary["family:nmt"]["geomean"] == pytest.approx(0.9**0.5)
+    assert summary["family:nmt"]["met"]
+    assert "family:ptb/25" in capsys.readouterr().out
+
+
+def test_an_eval_without_heuristics_is_named():
+    entry = _entry("family:ptb/24", 800, 1000)
+    entry["best_heuristic"] = None
+    with pytest.raises(ValueError, match="family:ptb/24: the eval ran with --no-heuristics"):
+        _module().rows_of("x", [entry])
