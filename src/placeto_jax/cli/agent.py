@@ -202,9 +202,9 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
         default=1,
         metavar="M",
         help="with --polish: propose M moves at a time from the current placement, simulate "
-        "them in one batch and keep the best of the helpful ones alone and together (about as "
-        "many simulations, far less time on graphs of thousands of ops) (default: %(default)s, "
-        "one move at a time)",
+        "them in one batch and keep the best of the helpful ones alone and together; faster "
+        "on graphs of thousands of ops (2.5x on a 4,384-op graph), slower below, and it gains "
+        "less per pass (default: %(default)s, one move at a time)",
     )
 
 
