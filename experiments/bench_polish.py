@@ -32,9 +32,12 @@ GRAPHS = (str(DATA / "resnet50_inference.json"), str(DATA / "bert_l-12_inference
 
 
 def start_of(name: str, graph: pj.Graph, cluster: pj.Cluster, seed: int) -> Placement:
-    """A random placement of `graph` (what a zero-shot episode starts from), simulated."""
+    """A random placement of `graph`, one device per co-location class (what a zero-shot
+    episode starts from), simulated."""
     rng = np.random.default_rng(seed)
-    placement = rng.integers(0, cluster.n_devices, graph.n_ops)
+    classes = np.arange(graph.n_ops) if graph.colocation is None else graph.colocation
+    _, tied = np.unique(classes, return_inverse=True)
+    placement = rng.integers(0, cluster.n_devices, tied.max() + 1)[tied]
     run = pj.simulate(graph, cluster, placement)
     return Placement(graph=name, placement=placement, makespan=float(run.makespan),
                      single_device_makespan=0.0, initial_makespan=float(run.makespan),
