@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 
 import placeto_jax as pj
 from placeto_jax.config import make_config
 from placeto_jax.env.bank import build_bank, prepare
 from placeto_jax.files import write_json
 from placeto_jax.graphs.registry import resolve_graph
+from placeto_jax.placers.simple import random as random_placement
 from placeto_jax.report import format_table
 from placeto_jax.rl.evaluate import Placement, polish_placements
 from placeto_jax.rl.train import make_train
@@ -32,12 +32,9 @@ GRAPHS = (str(DATA / "resnet50_inference.json"), str(DATA / "bert_l-12_inference
 
 
 def start_of(name: str, graph: pj.Graph, cluster: pj.Cluster, seed: int) -> Placement:
-    """A random placement of `graph`, one device per co-location class (what a zero-shot
-    episode starts from), simulated."""
-    rng = np.random.default_rng(seed)
-    classes = np.arange(graph.n_ops) if graph.colocation is None else graph.colocation
-    _, tied = np.unique(classes, return_inverse=True)
-    placement = rng.integers(0, cluster.n_devices, tied.max() + 1)[tied]
+    """A random placement of `graph`, co-located ops together (what a zero-shot episode starts
+    from), simulated."""
+    placement = random_placement(graph, cluster, jax.random.key(seed))
     run = pj.simulate(graph, cluster, placement)
     return Placement(graph=name, placement=placement, makespan=float(run.makespan),
                      single_device_makespan=0.0, initial_makespan=float(run.makespan),

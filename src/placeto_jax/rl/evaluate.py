@@ -235,8 +235,8 @@ def polish_in_blocks(
         n_units = int(bank.n_units[i])
         order = np.asarray(bank.order[i, :n_units])
         current = np.asarray(pg.start.placement, dtype=np.int64)
-        now = simulate(op_graph, cluster, current)
-        score, steps = _fits_first(now, cluster), 1
+        first_run = simulate(op_graph, cluster, current[None])
+        now, score, steps = first_run[0], _fits_first(first_run, cluster)[0], 1
         total = config.env.passes * n_units
         for first in range(0, total, block):
             at = first + np.arange(block, dtype=np.int32)
@@ -260,26 +260,25 @@ def polish_in_blocks(
             tried = []
             for j in helpful:
                 tried.append(_moved(tried[-1] if tried else current, unit_of, moves[j]))
-            runs = [singles[helpful[0]]]
+            runs, keys = [singles[helpful[0]]], [scores[helpful[0]]]
             if len(tried) > 1:
                 combined = simulate(op_graph, cluster, np.stack(tried[1:]))
                 runs += [combined[k] for k in range(len(tried) - 1)]
+                keys += _fits_first(combined, cluster)
                 steps += len(tried) - 1
-            best = min(range(len(tried)), key=lambda k: _fits_first(runs[k], cluster))
-            current, now = tried[best], runs[best]
-            score = _fits_first(now, cluster)
+            best = min(range(len(tried)), key=keys.__getitem__)
+            current, now, score = tried[best], runs[best], keys[best]
         ranked = rank_visited(pg, cluster, np.stack([pg.start.placement, current]),
                               start_name(config, pg))  # fmt: skip
         placements.append(dataclasses.replace(ranked, polish_steps=steps))
     return placements
 
 
-def _fits_first(runs, cluster: Cluster):
-    """(does not fit memory, makespan µs) of one simulation, or a list of them for a batch:
-    the order in which the search compares placements."""
-    fits = np.all(np.asarray(runs.peak_memory) <= cluster.memory_array, axis=-1)
-    keys = np.stack([~fits, np.asarray(runs.makespan)], axis=-1).tolist()
-    return [tuple(k) for k in keys] if isinstance(keys[0], list) else tuple(keys)
+def _fits_first(runs, cluster: Cluster) -> list[tuple[bool, float]]:
+    """(does not fit memory, makespan µs) of each simulation of a batch: the order in which
+    the search compares placements."""
+    fits = np.all(runs.peak_memory <= cluster.memory_array, axis=1)
+    return [(not f, float(m)) for f, m in zip(fits, runs.makespan, strict=True)]
 
 
 def _padded(x: np.ndarray, n_pad: int) -> np.ndarray:
