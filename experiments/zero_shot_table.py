@@ -8,7 +8,8 @@ share a label, e.g. one per graph); graphs are grouped into families by the name
 
 Run, for example:
 `python experiments/zero_shot_table.py plain=cifar10.json polish2=cifar10-polish2.json
---out results/zero-shot/cifar10.json`
+--out results/zero-shot/cifar10.json --plot results/zero-shot/cifar10.png` (the plot: one panel
+per family, a bar per graph and variant, the two bounds as lines).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import math
 from pathlib import Path
 
 from placeto_jax.files import write_json
+from placeto_jax.plotting import draw_ratio_bars
 from placeto_jax.report import format_table
+from placeto_jax.reproduce.output import save_figure
 
 LIMITS = (1.0, 1.05)  # the item's bounds: geometric mean, and every graph
 
@@ -71,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", metavar="LABEL=FILE")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    parser.add_argument("--plot", type=Path, default=None, help="draw the ratios as a PNG here")
     args = parser.parse_args(argv)
     rows = []
     for item in args.inputs:
@@ -93,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         write_json(args.out, {"rows": rows, "summary": totals})
         print(f"wrote {args.out}")
+    if args.plot is not None:
+        save_figure(args.plot, lambda figure: draw_ratio_bars(figure, rows, LIMITS))
+        print(f"wrote {args.plot}")
     return 0
 
 

@@ -46,3 +46,29 @@ def test_an_eval_without_heuristics_is_named():
     entry["best_heuristic"] = None
     with pytest.raises(ValueError, match="family:ptb/24: the eval ran with --no-heuristics"):
         _module().rows_of("x", [entry])
+
+
+def test_the_plot_draws_one_bar_per_graph_and_variant_and_both_bounds(tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from placeto_jax.plotting import draw_ratio_bars
+
+    module = _module()
+    rows = module.rows_of("plain", [_entry("family:ptb/24", 800, 1000),
+                                    _entry("family:ptb/25", 2500, 2000)])  # fmt: skip
+    rows += module.rows_of("polish", [_entry("family:ptb/25", 1800, 2000)])
+    rows += module.rows_of("plain", [_entry("family:nmt/24", 900, 1000)])
+    figure = Figure()
+    FigureCanvasAgg(figure)
+    draw_ratio_bars(figure, rows, module.LIMITS)
+    nmt, ptb = figure.axes  # families in name order
+    heights = sorted(round(p.get_height(), 6) for p in ptb.patches)
+    assert heights == [0.8, 0.9, 1.25]
+    assert [p.get_height() for p in nmt.patches] == pytest.approx([0.9])
+    assert sorted(line.get_ydata()[0] for line in ptb.lines) == [1.0, 1.05]
+    assert [t.get_text() for t in ptb.get_xticklabels()] == ["24", "25"]
+    (tmp_path / "a.json").write_text(json.dumps([_entry("family:ptb/24", 800, 1000)]))
+    png = tmp_path / "ratios.png"
+    assert module.main([f"x={tmp_path / 'a.json'}", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -233,3 +233,34 @@ def draw_sweep_curves(figure: Figure, labels: Sequence[str], curves: Sequence[np
     ax.set_ylabel("sampled final runtime / initial")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+
+
+def draw_ratio_bars(
+    figure: Figure,
+    rows: Sequence[Mapping[str, float | str]],
+    limits: tuple[float, float],
+) -> None:
+    """One panel per family: for each graph, one bar per variant of its "ratio" (Placeto's
+    makespan over the best heuristic's; `rows` hold "family", "graph", "variant", "ratio"),
+    and the two bounds (`limits`: the geometric mean's and every graph's) as lines."""
+    families = sorted({str(r["family"]) for r in rows})
+    variants = list(dict.fromkeys(str(r["variant"]) for r in rows))
+    width = 0.8 / len(variants)
+    for k, family in enumerate(families, 1):
+        axes = figure.add_subplot(1, len(families), k)
+        graphs = sorted({str(r["graph"]) for r in rows if r["family"] == family})
+        for j, variant in enumerate(variants):
+            ratio = {r["graph"]: r["ratio"] for r in rows
+                     if r["family"] == family and r["variant"] == variant}  # fmt: skip
+            x = [i + (j - (len(variants) - 1) / 2) * width for i, g in enumerate(graphs)
+                 if g in ratio]  # fmt: skip
+            axes.bar(x, [ratio[g] for g in graphs if g in ratio], width,
+                     color=_COLOURS[j % len(_COLOURS)], label=variant)  # fmt: skip
+        for limit, style in zip(limits, (":", "--"), strict=True):
+            axes.axhline(limit, color="grey", linewidth=0.8, linestyle=style)
+        axes.set_xticks(range(len(graphs)), [g.rsplit("/", 1)[-1] for g in graphs])
+        axes.set_title(family)
+        axes.set_xlabel("test graph")
+        if k == 1:
+            axes.set_ylabel("Placeto / best heuristic")
+    figure.axes[0].legend(fontsize="small")
