@@ -63,9 +63,11 @@ def test_the_plot_draws_one_bar_per_graph_and_variant_and_both_bounds(tmp_path):
     FigureCanvasAgg(figure)
     draw_ratio_bars(figure, rows, module.LIMITS)
     nmt, ptb = figure.axes  # families in name order
-    heights = sorted(round(p.get_height(), 6) for p in ptb.patches)
-    assert heights == [0.8, 0.9, 1.25]
-    assert [p.get_height() for p in nmt.patches] == pytest.approx([0.9])
+    # bars drawn from 1: their tops are the ratios
+    tops = sorted(round(p.get_y() + p.get_height(), 6) for p in ptb.patches)
+    assert tops == [0.8, 0.9, 1.25]
+    (bar,) = nmt.patches
+    assert (bar.get_y(), bar.get_height()) == pytest.approx((1.0, -0.1))
     assert sorted(line.get_ydata()[0] for line in ptb.lines) == [1.0, 1.05]
     assert [t.get_text() for t in ptb.get_xticklabels()] == ["24", "25"]
     (tmp_path / "a.json").write_text(json.dumps([_entry("family:ptb/24", 800, 1000)]))

@@ -242,7 +242,8 @@ def draw_ratio_bars(
 ) -> None:
     """One panel per family: for each graph, one bar per variant of its "ratio" (Placeto's
     makespan over the best heuristic's; `rows` hold "family", "graph", "variant", "ratio"),
-    and the two bounds (`limits`: the geometric mean's and every graph's) as lines."""
+    drawn from 1 (up: slower than the heuristic, down: faster), and the two bounds (`limits`:
+    the geometric mean's and every graph's) as lines."""
     families = sorted({str(r["family"]) for r in rows})
     variants = list(dict.fromkeys(str(r["variant"]) for r in rows))
     width = 0.8 / len(variants)
@@ -254,7 +255,7 @@ def draw_ratio_bars(
                      if r["family"] == family and r["variant"] == variant}  # fmt: skip
             x = [i + (j - (len(variants) - 1) / 2) * width for i, g in enumerate(graphs)
                  if g in ratio]  # fmt: skip
-            axes.bar(x, [ratio[g] for g in graphs if g in ratio], width,
+            axes.bar(x, [ratio[g] - 1.0 for g in graphs if g in ratio], width, bottom=1.0,
                      color=_COLOURS[j % len(_COLOURS)], label=variant)  # fmt: skip
         for limit, style in zip(limits, (":", "--"), strict=True):
             axes.axhline(limit, color="grey", linewidth=0.8, linestyle=style)
