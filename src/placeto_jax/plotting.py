@@ -253,10 +253,10 @@ def draw_ratio_bars(
         for j, variant in enumerate(variants):
             ratio = {r["graph"]: r["ratio"] for r in rows
                      if r["family"] == family and r["variant"] == variant}  # fmt: skip
-            x = [i + (j - (len(variants) - 1) / 2) * width for i, g in enumerate(graphs)
-                 if g in ratio]  # fmt: skip
-            axes.bar(x, [ratio[g] - 1.0 for g in graphs if g in ratio], width, bottom=1.0,
-                     color=_COLOURS[j % len(_COLOURS)], label=variant)  # fmt: skip
+            shown = [(i, ratio[g]) for i, g in enumerate(graphs) if g in ratio]
+            offset = (j - (len(variants) - 1) / 2) * width
+            axes.bar([i + offset for i, _ in shown], [r - 1.0 for _, r in shown], width,
+                     bottom=1.0, color=_COLOURS[j % len(_COLOURS)], label=variant)  # fmt: skip
         for limit, style in zip(limits, (":", "--"), strict=True):
             axes.axhline(limit, color="grey", linewidth=0.8, linestyle=style)
         axes.set_xticks(range(len(graphs)), [g.rsplit("/", 1)[-1] for g in graphs])
