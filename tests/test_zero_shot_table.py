@@ -37,8 +37,25 @@ def test_ratios_geometric_means_and_the_verdict(tmp_path, capsys):
     assert summary["family:ptb"]["max"] == pytest.approx(1.25)
     assert not summary["family:ptb"]["met"]
     assert summary["family:nmt"]["geomean"] == pytest.approx(0.9**0.5)
-    assert summary["family:nmt"]["met"]
-    assert "family:ptb/25" in capsys.readouterr().out
+    # within both bounds, but on 2 of the family's 8 test graphs: no verdict
+    assert summary["family:nmt"]["within_bounds"]
+    assert not summary["family:nmt"]["met"]
+    printed = capsys.readouterr().out
+    assert "family:ptb/25" in printed
+    assert "2 of 8 graphs only" in printed
+
+
+def test_the_item_is_met_only_on_all_eight_test_graphs(tmp_path, capsys):
+    # ratios 0.9 (x7) and 1.04: geomean 0.9^(7/8) * 1.04^(1/8) = 0.9117, max 1.04
+    doc = [_entry(f"family:nmt/{i}", 900, 1000) for i in range(24, 31)]
+    doc.append(_entry("family:nmt/31", 1040, 1000))
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    out = tmp_path / "table.json"
+    assert _module().main([f"x={tmp_path / 'a.json'}", "--out", str(out)]) == 0
+    (total,) = json.loads(out.read_text())["summary"]
+    assert total["geomean"] == pytest.approx(0.9**0.875 * 1.04**0.125)
+    assert total["graphs"] == 8 and total["met"]
+    assert capsys.readouterr().out.splitlines()[-2].split()[-1] == "yes"
 
 
 def test_an_eval_without_heuristics_is_named():
