@@ -15,6 +15,7 @@ from placeto_jax.config import Config, EnvConfig, PolicyConfig, RunConfig
 from placeto_jax.env import build_bank, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs import generators
+from placeto_jax.rl import train as train_module
 from placeto_jax.rl.evaluate import Placement, polish_buckets, polish_placements, polish_with
 from placeto_jax.rl.train import make_train
 
@@ -54,10 +55,13 @@ def test_moves_that_help_are_kept_and_the_rest_undone():
     assert ", then 5 op-graph ones of policy-guided search," in search_line(placed)
 
 
-def _reference(graph: Graph, cluster: Cluster, start: np.ndarray, passes: int) -> np.ndarray:
+def _host_search(
+    graph: Graph, cluster: Cluster, start: np.ndarray, passes: int
+) -> tuple[np.ndarray, int]:
     """The same rule on the host in float64: ops in topological order, `passes` times; propose
-    the lowest device other than the op's own, keep it if the makespan drops."""
-    placement = start.copy()
+    the lowest device other than the op's own, keep it if the makespan drops. (The final
+    placement, the moves kept.)"""
+    placement, kept = start.copy(), 0
     best = simulate(graph, cluster, placement).makespan
     for _ in range(passes):
         for op in graph.topological_order:
@@ -65,11 +69,21 @@ def _reference(graph: Graph, cluster: Cluster, start: np.ndarray, passes: int) -
             trial[op] = 1 if placement[op] == 0 else 0
             makespan = simulate(graph, cluster, trial).makespan
             if makespan < best:
-                placement, best = trial, makespan
-    return placement
+                placement, best, kept = trial, makespan, kept + 1
+    return placement, kept
 
 
-def test_the_search_matches_a_host_reference_of_the_same_rule():
+def _reference(graph: Graph, cluster: Cluster, start: np.ndarray, passes: int) -> np.ndarray:
+    """The placement `_host_search` ends with."""
+    return _host_search(graph, cluster, start, passes)[0]
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_the_search_matches_a_host_reference_of_the_same_rule(chunk, monkeypatch, capsys):
+    # 2 passes x 30 ops = 60 steps; with 7 per call: 9 calls of 7 steps, the last 3 of them
+    # padding that keeps nothing. The same moves as the host rule, and a bar that ends at 60.
+    if chunk is not None:
+        monkeypatch.setattr(train_module, "POLISH_CHUNK", chunk)
     graph = generators.layered(30, seed=3)
     cluster = Cluster(n_devices=3, speed=1.0, bandwidth=2.0, delta1=0.0, delta2=0.0)
     start = np.random.default_rng(0).integers(0, 3, graph.n_ops)
@@ -77,10 +91,14 @@ def test_the_search_matches_a_host_reference_of_the_same_rule():
                     policy=PolicyConfig(rounds=1))  # fmt: skip
     pg = with_start(prepare("layered", graph), start, "random", 3)
     run = make_train(config, build_bank([pg]), cluster, float_dtype=jnp.float64)
-    out = jax.device_get(run.polish(_zeroed(run), run.env_params))
-    expected = _reference(graph, cluster, start, passes=2)
+    assert run.trainer.n_steps == 60
+    out = jax.device_get(run.polish(_zeroed(run), run.env_params, progress=True))
+    expected, kept = _host_search(graph, cluster, start, passes=2)
     np.testing.assert_array_equal(out["placement"][0, : graph.n_ops], expected)
+    assert int(out["kept"][0]) == kept > 0
     assert simulate(graph, cluster, expected).makespan < simulate(graph, cluster, start).makespan
+    bar = capsys.readouterr().err
+    assert "polish: 100%" in bar and "60/60" in bar
 
 
 def test_random_proposals_never_make_it_worse_and_a_bad_proposer_is_named():

@@ -164,8 +164,8 @@ def add_start_option(parser: argparse.ArgumentParser, default: str | None) -> No
 
 
 def add_improve_options(parser: argparse.ArgumentParser) -> None:
-    """`--start`, `--samples`, `--temperature`, `--passes` and `--polish` of `place` and
-    `eval`."""
+    """`--start`, `--samples`, `--temperature`, `--passes`, `--polish` and `--no-progress` of
+    `place` and `eval`."""
     add_start_option(parser, None)
     parser.add_argument(
         "--samples",
@@ -206,6 +206,7 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
         "on graphs of thousands of ops (2.5x on a 4,384-op graph), slower below, and it gains "
         "less per pass (default: %(default)s, one move at a time)",
     )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 INTERRUPTED = 130  # exit status of a train stopped by Ctrl-C (128 + SIGINT)
@@ -388,8 +389,9 @@ def _placements(
     placed = place_graphs(config, params, graphs, on, args.samples, key, args.temperature)
     if args.polish:
         placed = polish_placements(
-            config, params, graphs, placed, on, args.polish, block=args.polish_block
-        )
+            config, params, graphs, placed, on, args.polish, block=args.polish_block,
+            progress=not args.no_progress,
+        )  # fmt: skip
     return on, graphs, placed
 
 
@@ -463,7 +465,9 @@ def _after_placing(fits: bool, output: str | None) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     cluster, graphs, results = _placements(args, args.graphs, None)
-    heuristics = None if args.no_heuristics else heuristics_of(graphs, cluster, 0)
+    heuristics = None
+    if not args.no_heuristics:
+        heuristics = heuristics_of(graphs, cluster, 0, progress=not args.no_progress)
     if args.json and heuristics is None:
         print(json.dumps([policy_json(r, None, cluster) for r in results]))
     elif args.json:

@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config, apply
@@ -136,13 +137,15 @@ def polish_placements(
     passes: int,
     proposer: str = "policy",
     block: int = 1,
+    progress: bool = False,
 ) -> list[Placement]:
     """`placed` (one per graph of `graphs`) improved by `passes` passes of policy-guided search
     on each op graph (co-located ops stay tied), all in one bank: one compiled program. `block`
-    1: one proposal at a time (`Trainer.polish`); more: `block` proposals at a time, simulated
-    together (`polish_in_blocks`). Each result is the better of its placement and the search's,
-    by exact simulation; its start and initial makespan stay the first placement's, its
-    `evaluations` add the ranking's and `polish_steps` counts the search's simulations."""
+    1: one proposal at a time (`Train.polish`); more: `block` proposals at a time, simulated
+    together (`polish_in_blocks`); `progress`: a bar over the search's steps. Each result is
+    the better of its placement and the search's, by exact simulation; its start and initial
+    makespan stay the first placement's, its `evaluations` add the ranking's and
+    `polish_steps` counts the search's simulations."""
     if passes < 1:
         raise ValueError(f"polishing needs passes >= 1, got {passes}")
     if block < 1:
@@ -159,9 +162,9 @@ def polish_placements(
     ]  # fmt: skip
     run = make_train(config, build_bank(started, polish_buckets(config, started)), cluster)
     if block == 1:
-        polished = polish_with(run, params, run.env_params, started, cluster, proposer)
+        polished = polish_with(run, params, run.env_params, started, cluster, proposer, progress)
     else:
-        polished = polish_in_blocks(run, params, started, cluster, block, proposer)
+        polished = polish_in_blocks(run, params, started, cluster, block, proposer, progress)
     return [
         dataclasses.replace(
             p,
@@ -192,13 +195,14 @@ def polish_with(
     graphs: list[PlacementGraph],
     cluster: Cluster,
     proposer: str = "policy",
+    progress: bool = False,
 ) -> list[Placement]:
     """Each graph that `env_params` plays (`graphs`, in that order) improved from its initial
-    placement by `run`'s policy-guided search (`Trainer.polish`), the better of its start and
+    placement by `run`'s policy-guided search (`Train.polish`), the better of its start and
     its result by an exact simulation of the op graph (`rank_visited`). `polish_steps` counts
     the search's simulations: one per step, and the initial one."""
     config = run.trainer.config
-    out = jax.device_get(run.polish(params, env_params, proposer=proposer))
+    out = jax.device_get(run.polish(params, env_params, proposer=proposer, progress=progress))
     placements = []
     for i, pg in enumerate(graphs):
         candidates = np.stack([out["initial_placement"][i], out["placement"][i]])
@@ -215,6 +219,7 @@ def polish_in_blocks(
     cluster: Cluster,
     block: int,
     proposer: str = "policy",
+    progress: bool = False,
 ) -> list[Placement]:
     """Each graph of `run`'s bank (`graphs`, in that order, each its own op graph with a given
     start) improved by policy-guided search `block` proposals at a time, in the bank's unit
@@ -224,11 +229,13 @@ def polish_in_blocks(
     batch) are compared; the fastest, fitting memory first, becomes the current placement.
     So a block costs its moves plus the helpful ones less one, and a pass of N units costs
     about N simulations, as one-at-a-time polishing does, but in batches. `polish_steps`
-    counts every simulation, the start's included."""
+    counts every simulation, the start's included; `progress`: a bar over the proposals."""
     config = run.trainer.config
     bank = jax.device_get(run.env_params.bank)
     n_pad = run.trainer.n_pad
     placements = []
+    proposals = config.env.passes * int(np.sum(bank.n_units[: len(graphs)]))
+    bar = tqdm(total=proposals, desc="polish", unit="step", disable=not progress)
     for i, pg in enumerate(graphs):
         op_graph, n = pg.graph, pg.graph.n_ops
         unit_of = np.asarray(bank.unit[i, :n])
@@ -240,6 +247,7 @@ def polish_in_blocks(
         total = config.env.passes * n_units
         for first in range(0, total, block):
             at = first + np.arange(block, dtype=np.int32)
+            bar.update(min(block, total - first))
             proposed = run.propose(
                 params, run.env_params, i, _padded(current, n_pad), _padded(now.start, n_pad),
                 at, jax.random.fold_in(jax.random.key(EVAL_KEY), first), proposer=proposer,
@@ -271,6 +279,7 @@ def polish_in_blocks(
         ranked = rank_visited(pg, cluster, np.stack([pg.start.placement, current]),
                               start_name(config, pg))  # fmt: skip
         placements.append(dataclasses.replace(ranked, polish_steps=steps))
+    bar.close()
     return placements
 
 

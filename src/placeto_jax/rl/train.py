@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from tqdm.auto import tqdm
 
 from placeto_jax import precision
 from placeto_jax.cluster import Cluster
@@ -40,6 +41,7 @@ from placeto_jax.rl.sharding import EPISODES, replicate, replicated
 
 _CHUNK_NODE_ROWS = 1 << 19  # episodes x padded nodes x steps per gradient chunk (automatic)
 EVAL_KEY = 20190531  # fixed: every greedy evaluation starts from the same initial placements
+POLISH_CHUNK = 256  # search steps per compiled call: the progress bar's granularity
 
 
 @jax.tree_util.register_dataclass
@@ -250,47 +252,51 @@ class Trainer:
         done = jnp.concatenate([jnp.zeros_like(rollout.reward[:1]), rollout.reward]).cumsum(0)
         return {"visited": _visited(rollout, state), "runtime": rollout.initial_runtime - done}
 
-    def polish(
-        self, params: Any, env_params: EnvParams, proposer: str = "policy"
-    ) -> dict[str, jax.Array]:
-        """Policy-guided search, one episode per graph of `env_params.graphs` (K) from its
-        initial placement (as `greedy` starts): every step proposes one move of the current unit
-        to the policy's most likely allowed device other than its own (`proposer="random"`: a
-        uniformly random one, the ablation without a policy), simulates it and keeps it only if
-        the runtime drops; a move not kept leaves the placement as it was. One simulation per
-        step, as in any episode. Returns "initial_placement", "placement" [K, N] int32 (the
-        final one, also the best), "initial_runtime", "runtime" [K] (env units) and "kept" [K]
-        int32 moves kept."""
-        _check_proposer(proposer)
+    def polish_begin(self, env_params: EnvParams) -> PolishCarry:
+        """The search's start on each graph of `env_params.graphs` (K): its initial placement
+        (as `greedy` starts), observed, no move kept yet."""
         graphs = env_params.graphs
-        key = jax.random.key(EVAL_KEY)
         reset = jax.vmap(lambda k, g: self.env.reset(k, env_params.on_graph(g)))
-        state, obs = reset(jax.random.split(key, graphs.shape[0]), graphs)
-        initial = state
+        keys = jax.random.split(jax.random.key(EVAL_KEY), graphs.shape[0])
+        state, obs = reset(keys, graphs)
+        return PolishCarry(state, obs, jnp.zeros(graphs.shape[0], jnp.int32))
 
-        def step(carry, step_key):
+    def polish_keys(self) -> jax.Array:
+        """[T] the search's step keys (the random proposer's draws)."""
+        return jax.random.split(jax.random.fold_in(jax.random.key(EVAL_KEY), 1), self.n_steps)
+
+    def polish_steps(
+        self,
+        params: Any,
+        env_params: EnvParams,
+        carry: PolishCarry,
+        keys: jax.Array,
+        live: jax.Array,
+        proposer: str = "policy",
+    ) -> PolishCarry:
+        """Steps of policy-guided search, one per key of `keys` [S] (a slice of `polish_keys`)
+        on every graph: each proposes one move of the current unit to the policy's most likely
+        allowed device other than its own (`proposer="random"`: a uniformly random one, the
+        ablation without a policy), simulates it and keeps it only if the runtime drops; a move
+        not kept leaves the placement as it was. A step whose `live` [S] is false keeps
+        nothing (padding after the episode's T steps). One simulation per step, as in any
+        episode."""
+        _check_proposer(proposer)
+
+        def step(carry, xs):
             state, obs, kept = carry
+            step_key, on = xs
             action = self.proposals(params, obs, step_key, proposer)
             moved, _, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
                 step_key, state, action, env_params
             )
-            keep = reward > 0
+            keep = (reward > 0) & on
             stay = dataclasses.replace(state, t=moved.t)
             state = jax.tree.map(lambda a, b: _where_rows(keep, a, b), moved, stay)
             obs = jax.vmap(self.env.observe, (0, None))(state, env_params)
-            return (state, obs, kept + keep.astype(jnp.int32)), None
+            return PolishCarry(state, obs, kept + keep.astype(jnp.int32)), None
 
-        kept = jnp.zeros(graphs.shape[0], jnp.int32)
-        (state, _, kept), _ = jax.lax.scan(
-            step, (state, obs, kept), jax.random.split(jax.random.fold_in(key, 1), self.n_steps)
-        )
-        return {
-            "initial_placement": initial.placement,
-            "placement": state.placement,
-            "initial_runtime": initial.runtime,
-            "runtime": state.runtime,
-            "kept": kept,
-        }
+        return jax.lax.scan(step, carry, (keys, live))[0]
 
     def proposals(self, params: Any, obs: Any, key: jax.Array, proposer: str) -> jax.Array:
         """[K] int32: for observations batched over K, the move `polish` proposes for each
@@ -510,6 +516,14 @@ def _keep_if(keep_new: jax.Array) -> Callable[[jax.Array, jax.Array], jax.Array]
     return lambda new, old: jnp.where(keep_new, new, old)
 
 
+class PolishCarry(NamedTuple):
+    """Policy-guided search between steps, batched over the K graphs searched."""
+
+    state: EnvState  # [K] the current placements and their simulations
+    obs: Any  # [K] their observations, the policy's input
+    kept: jax.Array  # [K] int32 moves kept so far
+
+
 class Train(NamedTuple):
     """A run assembled once by `make_train`: pure functions, jitted, and their constants."""
 
@@ -519,8 +533,9 @@ class Train(NamedTuple):
     greedy: Callable[[Any, EnvParams], dict[str, jax.Array]]  # (params, env_params) -> arrays [K]
     sample: Callable[..., dict[str, jax.Array]]
     # (key, params, env_params, count=C static, temperature=1.0) -> visited, runtime
-    polish: Callable[..., dict[str, jax.Array]]
-    # (params, env_params, proposer="policy" static) -> placements, runtimes, moves kept [K]
+    polish_begin: Callable[[EnvParams], PolishCarry]  # (env_params) -> the search's start
+    polish_steps: Callable[..., PolishCarry]
+    # (params, env_params, carry, keys [S], live [S], proposer="policy" static) -> carry
     propose: Callable[..., jax.Array]
     # (params, env_params, graph, placement, start, steps, key, proposer static) -> [M] devices
     env_params: EnvParams  # the whole bank, every graph played (replicated on the mesh)
@@ -534,6 +549,38 @@ class Train(NamedTuple):
         state = self.init(key, self.env_params)
         count = self.trainer.config.train.iterations
         return self.updates(state, hyper, self.env_params, count=count)
+
+    def polish(
+        self, params: Any, env_params: EnvParams, proposer: str = "policy", progress: bool = False
+    ) -> dict[str, jax.Array]:
+        """Policy-guided search (`Trainer.polish_steps`), one episode of T steps per graph of
+        `env_params.graphs` (K) from its initial placement, run `POLISH_CHUNK` steps per call
+        with a progress bar. Returns "initial_placement", "placement" [K, N] int32 (the final
+        one, also the best), "initial_runtime", "runtime" [K] (env units) and "kept" [K] int32
+        moves kept."""
+        _check_proposer(proposer)
+        steps = self.trainer.n_steps
+        chunks = -(-steps // POLISH_CHUNK)
+        size = -(-steps // chunks)  # equal chunks: one compiled shape; the last one padded
+        keys = self.trainer.polish_keys()
+        keys = jnp.concatenate([keys, keys[: chunks * size - steps]])
+        live = jnp.arange(chunks * size) < steps
+        first = carry = self.polish_begin(env_params)
+        with tqdm(total=steps, desc="polish", unit="step", disable=not progress) as bar:
+            for c in range(chunks):
+                part = slice(c * size, (c + 1) * size)
+                carry = self.polish_steps(
+                    params, env_params, carry, keys[part], live[part], proposer=proposer
+                )
+                jax.block_until_ready(carry.kept)
+                bar.update(min(size, steps - c * size))
+        return {
+            "initial_placement": first.state.placement,
+            "placement": carry.state.placement,
+            "initial_runtime": first.state.runtime,
+            "runtime": carry.state.runtime,
+            "kept": carry.kept,
+        }
 
 
 def make_train(
@@ -560,7 +607,10 @@ def make_train(
         updates=precision.Scoped(jax.jit(trainer.updates, static_argnames="count"), float_dtype),
         greedy=precision.Scoped(jax.jit(trainer.greedy), float_dtype),
         sample=precision.Scoped(jax.jit(trainer.sample, static_argnames="count"), float_dtype),
-        polish=precision.Scoped(jax.jit(trainer.polish, static_argnames="proposer"), float_dtype),
+        polish_begin=precision.Scoped(jax.jit(trainer.polish_begin), float_dtype),
+        polish_steps=precision.Scoped(
+            jax.jit(trainer.polish_steps, static_argnames="proposer"), float_dtype
+        ),
         propose=precision.Scoped(
             jax.jit(trainer.propose_at, static_argnames="proposer"), float_dtype
         ),
