@@ -2,7 +2,7 @@
 
 The aggregation of profile events is checked by hand on the hand-written module of
 `test_hlo.py`; the measured graphs are checked against the roofline graph of the same program
-(same ops, edges and sizes) and for an ordering no machine can reverse (a 1,024-cubed matmul
+(same ops, edges and sizes) and for an ordering no machine can reverse (a 2,048-cubed matmul
 against an add of 16 numbers).
 """
 
@@ -56,8 +56,11 @@ def big_and_small(a, b, c):
 
 
 def test_measured_graph_is_the_roofline_graph_with_measured_costs():
-    args = (S((1024, 1024), F32), S((1024, 1024), F32), S((16,), F32))
-    measured = from_jax(big_and_small, *args, cost_model="measure", measure_repeats=3)
+    # A kernel descheduled by another process on a shared machine records a few ms more (the
+    # add once recorded 1.7 ms on average over 3 runs): a 2,048-cubed matmul takes tens of ms
+    # even on a fast CPU, and with 4 runs the ones with the highest and lowest totals are left out.
+    args = (S((2048, 2048), F32), S((2048, 2048), F32), S((16,), F32))
+    measured = from_jax(big_and_small, *args, cost_model="measure", measure_repeats=4)
     roofline = from_jax(big_and_small, *args)
     assert measured.names == roofline.names and measured.n_ops == 2
     np.testing.assert_array_equal(measured.out_bytes, roofline.out_bytes)
@@ -65,7 +68,7 @@ def test_measured_graph_is_the_roofline_graph_with_measured_costs():
     assert measured.costs_for == (f"measured on {jax.default_backend()}", 1.0)
     matmul, add = (measured.index(n) for n in ("dot_general", "add"))
     assert measured.cost[add] > 0
-    assert measured.cost[matmul] > 20 * measured.cost[add]  # 2.1 GFLOP against 16 adds
+    assert measured.cost[matmul] > 20 * measured.cost[add]  # 17 GFLOP against 16 adds
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")  # g, on purpose
