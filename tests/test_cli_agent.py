@@ -159,6 +159,15 @@ def test_eval_coarsens_to_another_group_target_than_the_run(run_dir, capsys):
     assert len(grouped["placement"]) == 12
     simulated = _simulated("layered:12", "placeto-k80", 2, grouped["placement"])
     assert grouped["makespan_us"] == pytest.approx(float(simulated.makespan))
+    # Both: each grouping plays its episode from the same key, and the faster placement is kept
+    # (the 4-group one on a tie), with both rankings' simulations counted.
+    assert main([*argv, "--group-target", "4,0"]) == 0
+    (both,) = json.loads(capsys.readouterr().out)
+    faster = ops if ops["makespan_us"] < grouped["makespan_us"] else grouped
+    assert both["makespan_us"] == faster["makespan_us"] and both["nodes"] == faster["nodes"]
+    assert both["placement"] == faster["placement"]
+    assert both["evaluations"] == ops["evaluations"] + grouped["evaluations"]
+    assert both["episodes"] == 2
 
 
 def test_place_with_a_baseline_method(capsys):
@@ -296,6 +305,14 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         (
             ["place", "example:diamond", "--checkpoint", "{run}", "--group-target", "-1"],
             "--group-target must be >= 0, got -1",
+        ),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--group-target", "8,-2"],
+            "--group-target must be >= 0, got -2",
+        ),
+        (
+            ["place", "example:diamond", "--checkpoint", "{run}", "--group-target", "8;16"],
+            "--group-target takes node counts separated by commas, got '8;16'",
         ),
         (
             [*PLACE_SINGLE, "--group-target", "4"],

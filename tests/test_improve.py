@@ -17,7 +17,7 @@ from placeto_jax.env.start import with_start
 from placeto_jax.graphs import generators
 from placeto_jax.reproduce.improve import Outcome, faster, summary
 from placeto_jax.reproduce.starts import start_result, started
-from placeto_jax.rl.evaluate import Placement, place_with
+from placeto_jax.rl.evaluate import Placement, best_of_groupings, place_with
 from placeto_jax.rl.train import make_train, sample_action
 
 # Two devices, fast buses, no overheads: makespans by hand.
@@ -164,3 +164,27 @@ def test_summary_counts_strict_gains_against_each_start():
     found = summary([outcome(10.0, 9.0), outcome(10.0, 10.0)], "v")
     assert found["graphs"] == 2 and found["strictly faster"] == 0.5
     assert found["mean gain"] == pytest.approx(0.05)
+
+
+def test_the_best_of_several_groupings_fits_memory_first_and_counts_every_one():
+    def placed(makespan_ms, fits, nodes, evaluations):
+        arrays = np.full(4, nodes), makespan_ms * 1e3, 9e3, 8e3, np.zeros(2)
+        steps = 3 * nodes
+        return Placement(
+            "g", *arrays, fits, nodes, nodes, evaluations, episodes=2, episode_steps=steps
+        )
+
+    coarse = [placed(5.0, True, 4, 10), placed(7.0, True, 4, 11)]
+    fine = [placed(6.0, True, 8, 20), placed(3.0, False, 8, 21)]
+    finest = [placed(5.0, True, 12, 30), placed(6.5, True, 12, 31)]
+    first, second = best_of_groupings([coarse, fine, finest])
+    # Graph 1: 5 ms at 4 and at 12 groups, the earlier kept; graph 2: 3 ms does not fit, and
+    # 6.5 ms at 12 groups is the fastest that does.
+    assert first.n_nodes == 4 and first.makespan == 5e3 and (first.placement == 4).all()
+    assert second.n_nodes == 12 and second.makespan == 6.5e3 and second.fits_memory
+    assert (first.evaluations, second.evaluations) == (10 + 20 + 30, 11 + 21 + 31)
+    assert first.episodes == second.episodes == 6
+    assert first.episode_steps == second.episode_steps == 3 * (4 + 8 + 12)
+    assert best_of_groupings([fine]) == fine
+    with pytest.raises(ValueError, match="no placements"):
+        best_of_groupings([])

@@ -71,6 +71,27 @@ def place_graphs(
     )
 
 
+def best_of_groupings(per_grouping: list[list[Placement]]) -> list[Placement]:
+    """Per graph, the best of its placements at several coarsenings (one list per coarsening,
+    graphs in the same order): fitting memory first, then the exact op-graph makespan, the
+    earlier coarsening on a tie. Its `evaluations`, `episodes` and `episode_steps` add up
+    every coarsening's: all of them were played and simulated."""
+    if not per_grouping:
+        raise ValueError("no placements to choose from")
+    out = []
+    for options in zip(*per_grouping, strict=True):
+        best = min(options, key=lambda p: (not p.fits_memory, p.makespan))
+        out.append(
+            dataclasses.replace(
+                best,
+                evaluations=sum(p.evaluations for p in options),
+                episodes=sum(p.episodes for p in options),
+                episode_steps=sum(p.episode_steps for p in options),
+            )
+        )
+    return out
+
+
 def found_placements(state: TrainState) -> list[np.ndarray | None]:
     """Per graph of the state's bank, the best placement its training episodes visited [N_pad]
     (`TrainState.found_placement`), or None for a graph no episode played."""
