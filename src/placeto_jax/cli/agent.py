@@ -200,7 +200,7 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
         "default: the run's own); several: play each and keep the best by exact simulation. "
         "The policy does not depend on the graph's size: one trained on 48 groups of ptb "
         "graphs placed the test graphs 1.18x METIS's makespan at 256 groups, 1.52x at 48, "
-        "1.09x with the best of 48,128,256,512",
+        "1.08x with the best of 48,128,256,512",
     )
     parser.add_argument(
         "--polish",
