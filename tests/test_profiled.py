@@ -2,7 +2,7 @@
 
 The aggregation of profile events is checked by hand on the hand-written module of
 `test_hlo.py`; the measured graphs are checked against the roofline graph of the same program
-(same ops, edges and sizes) and for an ordering no machine can reverse (a 2,048-cubed matmul
+(same ops, edges and sizes) and for an ordering no machine should reverse (a 2,048-cubed matmul
 against an add of 16 numbers).
 """
 
