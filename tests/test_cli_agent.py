@@ -28,6 +28,7 @@ TINY = [
 
 
 PLACE_SINGLE = ["place", "example:diamond", "--method", "single", "--devices", "2"]
+PLACE_POLICY = ["place", "example:diamond", "--checkpoint", "{run}"]  # {run}: the trained run
 TRAIN_DIAMOND = ["train", "--graphs", "example:diamond", "--devices", "2", "--workdir", "{tmp}/w"]
 
 
@@ -225,12 +226,12 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
     ("argv", "message"),
     [
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--devices", "3"],
+            [*PLACE_POLICY, "--devices", "3"],
             "places on 2 devices, not 3",
         ),
         (["place", "example:diamond", "--checkpoint", "{tmp}/nothing"], "does not exist"),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--cluster", "k81"],
+            [*PLACE_POLICY, "--cluster", "k81"],
             "unknown cluster preset 'k81'",
         ),
         (
@@ -270,7 +271,7 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             "bad value 'zero' for config train.episodes",
         ),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--start", "bogus"],
+            [*PLACE_POLICY, "--start", "bogus"],
             "unknown start 'bogus': choose one of random, single, metis",
         ),
         ([*TRAIN_DIAMOND, "--start", "bogus"], "unknown start 'bogus'"),
@@ -283,15 +284,15 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             "--start, --samples, --temperature, --passes, --group-target and --polish place",
         ),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--polish", "-1"],
+            [*PLACE_POLICY, "--polish", "-1"],
             "--polish must be >= 0, got -1",
         ),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--polish-block", "0"],
+            [*PLACE_POLICY, "--polish-block", "0"],
             "--polish-block must be >= 1, got 0",
         ),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--polish-block", "4"],
+            [*PLACE_POLICY, "--polish-block", "4"],
             "--polish-block sets how --polish proposes moves: give --polish P too",
         ),
         (
@@ -299,19 +300,19 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             "--start, --samples, --temperature, --passes, --group-target and --polish place",
         ),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--samples", "-1"],
+            [*PLACE_POLICY, "--samples", "-1"],
             "--samples must be >= 0",
         ),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--group-target", "-1"],
+            [*PLACE_POLICY, "--group-target", "-1"],
             "--group-target must be >= 0, got -1",
         ),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--group-target", "8,-2"],
+            [*PLACE_POLICY, "--group-target", "8,-2"],
             "--group-target must be >= 0, got -2",
         ),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--group-target", "8;16"],
+            [*PLACE_POLICY, "--group-target", "8;16"],
             "--group-target takes node counts separated by commas, got '8;16'",
         ),
         (
@@ -319,7 +320,7 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             "--start, --samples, --temperature, --passes, --group-target and --polish place",
         ),
         (
-            ["place", "example:diamond", "--checkpoint", "{run}", "--temperature", "0"],
+            [*PLACE_POLICY, "--temperature", "0"],
             "--temperature must be finite and > 0, got 0.0",
         ),
     ],
