@@ -143,15 +143,23 @@ def passes(text: str) -> int:
 
 
 def polished(
-    case: Case, config, first: Placement, params, passes: int, proposer: str = "policy"
+    case: Case,
+    config,
+    first: Placement,
+    params,
+    passes: int,
+    proposer: str = "policy",
+    groups: PlacementGraph | None = None,
 ) -> tuple[Placement, int]:
     """(placement, evaluations) of policy-guided search on the op graph (`polish_placements`)
-    from `first`'s placement with the first stage's policy, `passes` visits of every op; the
-    better of `first` and its result. Evaluations: one per step and the initial simulation,
-    plus the exact ranking of the two."""
-    pg = PlacementGraph(case.label, case.graph)  # polish_placements prepares the op graph
-    (placed,) = polish_placements(config, params, [pg], [first], case.cluster, passes, proposer)
-    return placed, placed.polish_steps + placed.evaluations - first.evaluations
+    from `first`'s placement with the first stage's policy, `passes` visits of every op
+    (`groups`: of every group of that grouped graph, moved whole); the better of `first` and
+    its result. Evaluations: one per step and the initial simulation, plus the exact ranking
+    of the two."""
+    pg = groups or PlacementGraph(case.label, case.graph)  # the op graph is prepared there
+    (placed,) = polish_placements(config, params, [pg], [first], case.cluster, passes, proposer,
+                                  on_groups=groups is not None)  # fmt: skip
+    return placed, placed.polish_steps - first.polish_steps + placed.evaluations - first.evaluations
 
 
 def placeto_runs(
@@ -161,6 +169,7 @@ def placeto_runs(
     bar,
     refine: Refine | None = None,
     polish: int = 0,
+    polish_groups: int = 0,
 ) -> list[dict]:
     """Improve-mode Placeto trained on each case from its best heuristic's placement; one
     `PlacetoBench` (one compile) per cluster."""
@@ -201,13 +210,20 @@ def placeto_runs(
                 placed, more = refined(case, config, placed, fit.params, refine, key)
                 evaluations += more
             extra = {}
-            if polish:
-                ablation, _ = polished(case, config, placed, fit.params, polish, "random")
+            if polish or polish_groups:
+                stages = [(n, on) for n, on in ((polish_groups, graphs[i]), (polish, None)) if n]
+                ablation = searched = placed
+                more = 0
+                for count, on in stages:
+                    ablation, _ = polished(case, config, ablation, fit.params, count, "random", on)
+                    searched, spent = polished(case, config, searched, fit.params, count,
+                                               groups=on)  # fmt: skip
+                    more += spent
                 extra = {"unpolished_ms": placed.makespan / MS,
-                         "random_polish_ms": ablation.makespan / MS}  # fmt: skip
-                placed, more = polished(case, config, placed, fit.params, polish)
+                         "random_polish_ms": ablation.makespan / MS,
+                         "polish_evaluations": more}  # fmt: skip
+                placed = searched
                 evaluations += more
-                extra["polish_evaluations"] = more
             rows.append(
                 {
                     "case": case,
@@ -269,22 +285,29 @@ def main(argv: list[str] | None = None) -> int:
                         help="a second stage on a finer grouping (see `refined`)")  # fmt: skip
     parser.add_argument("--polish", type=passes, default=0, metavar="PASSES",
                         help="then policy-guided search on the op graph (`polished`)")  # fmt: skip
+    parser.add_argument("--polish-groups", type=passes, default=0, metavar="PASSES",
+                        help="before --polish: the same search over the groups, each moved "
+                        "whole (not after --refine, whose groups differ)")  # fmt: skip
+    parser.add_argument("--match", default=None, metavar="TEXT",
+                        help="only the graphs whose label contains TEXT")  # fmt: skip
     parser.add_argument("--set", nargs="*", default=["env.reward_graph=ops"], metavar="KEY=VALUE",
                         help="Placeto config overrides (default: the ops reward)")  # fmt: skip
     parser.add_argument("--limit", type=int, default=None, help="only the first N graphs")
     parser.add_argument("--out", type=Path, default=ROOT / "results/matched/matched.json")
     args = parser.parse_args(argv)
     make_config("tiny", [*PLACETO, *args.set])  # bad overrides fail here, before any work
+    if args.refine and args.polish_groups:
+        parser.error("--polish-groups searches the first stage's groups: not with --refine")
     if args.only == "dev":
         cases = dev_cases()
     else:
         cases = [] if args.only == "benchmarks" else table1_cases()
         cases += [] if args.only == "table1" else file_cases(args.data)
-    cases = cases[: args.limit]
+    cases = [c for c in cases if args.match is None or args.match in c.label][: args.limit]
     key = jax.random.key(0)
     began = time.perf_counter()
     with tqdm(total=len(cases), desc="placeto", unit="graph") as bar:
-        rows = placeto_runs(cases, args.set, key, bar, args.refine, args.polish)
+        rows = placeto_runs(cases, args.set, key, bar, args.refine, args.polish, args.polish_groups)
     for row in tqdm(rows, desc="searches", unit="graph"):
         add_searches(row, key)
     for row in rows:
@@ -316,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         {"overrides": [*PLACETO, *args.set], "samples": SAMPLES, "temperature": TEMPERATURE,
          "refine": args.refine and dataclasses.asdict(args.refine), "polish": args.polish,
+         "polish_groups": args.polish_groups,
          "wall_s": time.perf_counter() - began, "rows": rows},
     )  # fmt: skip
     print(f"wrote {args.out}")

@@ -30,6 +30,10 @@ TINY = [
 PLACE_SINGLE = ["place", "example:diamond", "--method", "single", "--devices", "2"]
 PLACE_POLICY = ["place", "example:diamond", "--checkpoint", "{run}"]  # {run}: the trained run
 TRAIN_DIAMOND = ["train", "--graphs", "example:diamond", "--devices", "2", "--workdir", "{tmp}/w"]
+POLICY_ONLY = (  # the error for a policy option given with --method
+    "--start, --samples, --temperature, --passes, --group-target, --polish and "
+    "--polish-groups place"
+)
 
 
 def _train(workdir) -> int:
@@ -214,6 +218,22 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     assert blocks["makespan_us"] == pytest.approx(float(simulated.makespan))
 
 
+def test_place_polishes_groups_before_ops(run_dir, capsys):
+    # At most 4 groups of the 24 ops: two passes over the groups (one simulation each, and the
+    # initial one), then two over the ops; the counts add up.
+    argv = ["place", "layered:24", "--checkpoint", str(run_dir), "--json", "--group-target", "4"]
+    assert main([*argv, "--polish-groups", "2"]) == 0
+    groups = json.loads(capsys.readouterr().out)
+    assert groups["nodes"] <= 4 and groups["polish_steps"] == 2 * groups["decisions"] + 1
+    assert groups["makespan_us"] <= groups["initial_makespan_us"]
+    assert main([*argv, "--polish-groups", "2", "--polish", "2"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert both["polish_steps"] == groups["polish_steps"] + 2 * 24 + 1
+    assert both["makespan_us"] <= groups["makespan_us"]
+    simulated = _simulated("layered:24", "placeto-k80", 2, both["placement"])
+    assert both["makespan_us"] == pytest.approx(float(simulated.makespan))
+
+
 def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys):
     start = tmp_path / "start.json"
     start.write_text(json.dumps([0, 1]))
@@ -277,16 +297,21 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         ([*TRAIN_DIAMOND, "--start", "bogus"], "unknown start 'bogus'"),
         (
             ["place", "example:diamond", "--method", "single", "--devices", "2", "--start", "best"],
-            "--start, --samples, --temperature, --passes, --group-target and --polish place",
+            POLICY_ONLY,
         ),
         (
             ["place", "example:diamond", "--method", "single", "--devices", "2", "--polish", "1"],
-            "--start, --samples, --temperature, --passes, --group-target and --polish place",
+            POLICY_ONLY,
         ),
         (
             [*PLACE_POLICY, "--polish", "-1"],
             "--polish must be >= 0, got -1",
         ),
+        (
+            [*PLACE_POLICY, "--polish-groups", "-1"],
+            "--polish-groups must be >= 0, got -1",
+        ),
+        ([*PLACE_SINGLE, "--polish-groups", "1"], POLICY_ONLY),
         (
             [*PLACE_POLICY, "--polish-block", "0"],
             "--polish-block must be >= 1, got 0",
@@ -297,7 +322,7 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         ),
         (
             [*PLACE_SINGLE, "--polish-block", "4"],
-            "--start, --samples, --temperature, --passes, --group-target and --polish place",
+            POLICY_ONLY,
         ),
         (
             [*PLACE_POLICY, "--samples", "-1"],
@@ -317,7 +342,7 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         ),
         (
             [*PLACE_SINGLE, "--group-target", "4"],
-            "--start, --samples, --temperature, --passes, --group-target and --polish place",
+            POLICY_ONLY,
         ),
         (
             [*PLACE_POLICY, "--temperature", "0"],

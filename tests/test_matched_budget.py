@@ -76,3 +76,12 @@ def test_polish_reads_passes_and_names_a_bad_value():
     row = {"unpolished_ms": 10.0, "random_polish_ms": 9.5}
     assert module.polish_columns(row) == {"unpolished": "10", "random polish": "9.5"}
     assert module.polish_columns({}) == {}
+
+
+def test_polishing_groups_after_refining_is_refused_before_any_work(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _module().main(["--refine", "128:3", "--polish-groups", "2"])
+    assert exit_.value.code == 2
+    assert "--polish-groups searches the first stage's groups: not with --refine" in (
+        capsys.readouterr().err
+    )

@@ -56,17 +56,20 @@ def test_moves_that_help_are_kept_and_the_rest_undone():
 
 
 def _host_search(
-    graph: Graph, cluster: Cluster, start: np.ndarray, passes: int
+    graph: Graph, cluster: Cluster, start: np.ndarray, passes: int, units=None
 ) -> tuple[np.ndarray, int]:
     """The same rule on the host in float64: ops in topological order, `passes` times; propose
     the lowest device other than the op's own, keep it if the makespan drops. (The final
-    placement, the moves kept.)"""
+    placement, the moves kept.) `units`: the ops moved together at each step instead, in
+    order (default: each op alone)."""
     placement, kept = start.copy(), 0
     best = simulate(graph, cluster, placement).makespan
+    if units is None:
+        units = [np.array([op]) for op in graph.topological_order]
     for _ in range(passes):
-        for op in graph.topological_order:
+        for ops in units:
             trial = placement.copy()
-            trial[op] = 1 if placement[op] == 0 else 0
+            trial[ops] = 1 if placement[ops[0]] == 0 else 0
             makespan = simulate(graph, cluster, trial).makespan
             if makespan < best:
                 placement, best, kept = trial, makespan, kept + 1
@@ -140,6 +143,32 @@ def test_polishing_an_op_graph_larger_than_every_bucket_of_the_run():
     expected = _reference(graph, CLUSTER, start, passes=1)
     assert polished.makespan == pytest.approx(simulate(graph, CLUSTER, expected).makespan)
     assert polished.polish_steps == graph.n_ops + 1
+
+
+def test_polishing_groups_moves_whole_groups_as_a_host_reference_does():
+    # The policy placed 8 groups of a 40-op graph; two passes over the groups (in topological
+    # order), each moved whole to the other device and kept if the op graph's makespan drops:
+    # the host rule over groups, in float64, keeps the same moves.
+    config = Config(n_devices=2, run=RunConfig(buckets=(16, 32)), policy=PolicyConfig(rounds=1))
+    graph = generators.layered(40, seed=5)
+    cluster = Cluster(n_devices=2, speed=1.0, bandwidth=2.0, delta1=0.0, delta2=0.0)
+    pg = prepare("layered", graph, group_target=8)
+    start = pg.expand(np.random.default_rng(2).integers(0, 2, pg.graph.n_ops))
+    run = make_train(config, build_bank([pg]), cluster)
+    (polished,) = polish_placements(config, _zeroed(run), [pg], [_placed(pg, start, 2)],
+                                    cluster, passes=2, on_groups=True)  # fmt: skip
+    groups = [np.flatnonzero(pg.op_to_group == g) for g in pg.graph.topological_order]
+    expected, kept = _host_search(graph, cluster, start, passes=2, units=groups)
+    assert kept > 0
+    np.testing.assert_array_equal(polished.placement, expected)
+    assert polished.makespan == pytest.approx(simulate(graph, cluster, expected).makespan)
+    assert polished.polish_steps == 2 * pg.n_units + 1
+    # the op-level search moves single ops: another placement from the same start
+    (ops,) = polish_placements(config, _zeroed(run), [pg], [_placed(pg, start, 2)], cluster, 2)
+    assert ops.polish_steps == 2 * graph.n_ops + 1
+    with pytest.raises(ValueError, match="polishing groups proposes one move at a time"):
+        polish_placements(config, _zeroed(run), [pg], [_placed(pg, start, 2)], cluster, 2,
+                          block=4, on_groups=True)  # fmt: skip
 
 
 def _placed(pg, start: np.ndarray, devices: int) -> Placement:

@@ -47,6 +47,7 @@ from placeto_jax.rl.evaluate import (
     Placement,
     best_of_groupings,
     found_placements,
+    kept_groupings,
     place_graphs,
     polish_placements,
 )
@@ -210,6 +211,15 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
         help="then P passes of policy-guided search on the op graph: each op in turn moved to "
         "the policy's most likely other device, kept only if the simulated step time drops "
         "(one simulation per op and pass) (default: %(default)s, none)",
+    )
+    parser.add_argument(
+        "--polish-groups",
+        type=int,
+        default=0,
+        metavar="P",
+        help="before --polish: P passes of the same search over the groups the policy placed, "
+        "each move taking a whole group, still judged on the op graph (one simulation per group "
+        "and pass) (default: %(default)s, none)",
     )
     parser.add_argument(
         "--polish-block",
@@ -395,6 +405,8 @@ def _placements(
         raise ValueError(f"--polish-block must be >= 1, got {args.polish_block}")
     if args.polish_block > 1 and not args.polish:
         raise ValueError("--polish-block sets how --polish proposes moves: give --polish P too")
+    if args.polish_groups < 0:
+        raise ValueError(f"--polish-groups must be >= 0, got {args.polish_groups}")
     config = starting_config(run_config(args.checkpoint, devices, args.cluster), args.start)
     if args.passes is not None:
         config = apply(config, {"env.passes": args.passes})
@@ -404,13 +416,17 @@ def _placements(
         groupings.append((at, starting_graphs(load_graphs(spec, at), at, args.start, args.seed)))
     params = load_policy(args.checkpoint, *groupings[0])
     on, key = cluster_of(config), jax.random.key(args.seed)
-    placed = best_of_groupings(
-        [
-            place_graphs(at, params, g, on, args.samples, key, args.temperature)
-            for at, g in groupings
-        ]
-    )
+    per_grouping = [
+        place_graphs(at, params, g, on, args.samples, key, args.temperature) for at, g in groupings
+    ]
+    placed = best_of_groupings(per_grouping)
     graphs = groupings[-1][1]  # any grouping's: each holds the same op graphs
+    if args.polish_groups:
+        kept = [groupings[k][1][i] for i, k in enumerate(kept_groupings(per_grouping))]
+        placed = polish_placements(
+            config, params, kept, placed, on, args.polish_groups,
+            progress=not args.no_progress, on_groups=True,
+        )  # fmt: skip
     if args.polish:
         placed = polish_placements(
             config, params, graphs, placed, on, args.polish, block=args.polish_block,
@@ -468,12 +484,12 @@ def _place_method(args: argparse.Namespace) -> int:
         raise ValueError("--method needs --devices")
     policy_options = (
         args.start, args.samples, args.passes, args.temperature != 1, args.polish,
-        args.polish_block != 1, args.group_target,
+        args.polish_block != 1, args.group_target, args.polish_groups,
     )  # fmt: skip
     if any(x not in (None, 0, False) for x in policy_options):
         raise ValueError(
-            "--start, --samples, --temperature, --passes, --group-target and --polish place "
-            "with a policy (--checkpoint)"
+            "--start, --samples, --temperature, --passes, --group-target, --polish and "
+            "--polish-groups place with a policy (--checkpoint)"
         )
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)

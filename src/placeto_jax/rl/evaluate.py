@@ -76,20 +76,28 @@ def best_of_groupings(per_grouping: list[list[Placement]]) -> list[Placement]:
     graphs in the same order): fitting memory first, then the exact op-graph makespan, the
     earlier coarsening on a tie. Its `evaluations`, `episodes` and `episode_steps` add up
     every coarsening's: all of them were played and simulated."""
-    if not per_grouping:
-        raise ValueError("no placements to choose from")
     out = []
-    for options in zip(*per_grouping, strict=True):
-        best = min(options, key=lambda p: (not p.fits_memory, p.makespan))
+    kept_of = kept_groupings(per_grouping)
+    for options, kept in zip(zip(*per_grouping, strict=True), kept_of, strict=True):
         out.append(
             dataclasses.replace(
-                best,
+                options[kept],
                 evaluations=sum(p.evaluations for p in options),
                 episodes=sum(p.episodes for p in options),
                 episode_steps=sum(p.episode_steps for p in options),
             )
         )
     return out
+
+
+def kept_groupings(per_grouping: list[list[Placement]]) -> list[int]:
+    """Per graph, the index of the coarsening whose placement `best_of_groupings` keeps."""
+    if not per_grouping:
+        raise ValueError("no placements to choose from")
+    return [
+        min(range(len(options)), key=lambda k: (not options[k].fits_memory, options[k].makespan))
+        for options in zip(*per_grouping, strict=True)
+    ]
 
 
 def found_placements(state: TrainState) -> list[np.ndarray | None]:
@@ -159,9 +167,13 @@ def polish_placements(
     proposer: str = "policy",
     block: int = 1,
     progress: bool = False,
+    on_groups: bool = False,
 ) -> list[Placement]:
     """`placed` (one per graph of `graphs`) improved by `passes` passes of policy-guided search
-    on each op graph (co-located ops stay tied), all in one bank: one compiled program. `block`
+    on each op graph (co-located ops stay tied), all in one bank: one compiled program;
+    `on_groups`: on each graph as given instead, moving whole groups (the placement must keep
+    each group on one device, as the policy's episodes on that graph do), every move still
+    judged on the op graph. `block`
     1: one proposal at a time (`Train.polish`); more: `block` proposals at a time, simulated
     together (`polish_in_blocks`); `progress`: a bar over the search's steps. Each result is
     the better of its placement and the search's, by exact simulation; its start and initial
@@ -171,14 +183,16 @@ def polish_placements(
         raise ValueError(f"polishing needs passes >= 1, got {passes}")
     if block < 1:
         raise ValueError(f"polishing needs a block of >= 1 proposals, got {block}")
+    if on_groups and block > 1:
+        raise ValueError("polishing groups proposes one move at a time (block 1)")
     overhead = cluster.delta1
     config = apply(
         config,
         {"env.passes": passes, "env.initial_placement": "given", "env.reward_graph": "ops"},
     )
     started = [
-        with_start(prepare(pg.name, pg.op_graph or pg.graph, 0, overhead), p.placement,
-                   p.start, cluster.n_devices, overhead)
+        with_start(pg if on_groups else prepare(pg.name, pg.op_graph or pg.graph, 0, overhead),
+                   p.placement, p.start, cluster.n_devices, overhead)
         for pg, p in zip(graphs, placed, strict=True)
     ]  # fmt: skip
     run = make_train(config, build_bank(started, polish_buckets(config, started)), cluster)
@@ -194,7 +208,7 @@ def polish_placements(
             peak_memory=q.peak_memory,
             fits_memory=q.fits_memory,
             evaluations=p.evaluations + q.evaluations,
-            polish_steps=q.polish_steps,
+            polish_steps=p.polish_steps + q.polish_steps,
         )
         for p, q in zip(placed, polished, strict=True)
     ]
