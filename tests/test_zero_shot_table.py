@@ -87,6 +87,16 @@ def test_the_plot_draws_one_bar_per_graph_and_variant_and_both_bounds(tmp_path):
     assert (bar.get_y(), bar.get_height()) == pytest.approx((1.0, -0.1))
     assert sorted(line.get_ydata()[0] for line in ptb.lines) == [1.0, 1.05]
     assert [t.get_text() for t in ptb.get_xticklabels()] == ["24", "25"]
+    # the legend (first panel) names every variant in its bars' colour, though the first
+    # panel has no "polish" bar
+    legend = nmt.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["plain", "polish"]
+    (polish_bar,) = next(c for c in ptb.containers if c.get_label() == "polish").patches
+    handles = {
+        t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles, strict=True)
+    }
+    assert handles["polish"].get_facecolor() == polish_bar.get_facecolor()
+    assert handles["plain"].get_facecolor() != polish_bar.get_facecolor()
     (tmp_path / "a.json").write_text(json.dumps([_entry("family:ptb/24", 800, 1000)]))
     png = tmp_path / "ratios.png"
     assert module.main([f"x={tmp_path / 'a.json'}", "--plot", str(png)]) == 0

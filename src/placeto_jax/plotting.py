@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from placeto_jax.cluster import Cluster
@@ -264,4 +265,5 @@ def draw_ratio_bars(
         axes.set_xlabel("test graph")
         if k == 1:
             axes.set_ylabel("Placeto / best heuristic")
-    figure.axes[0].legend(fontsize="small")
+    patches = [Patch(color=_COLOURS[j % len(_COLOURS)], label=v) for j, v in enumerate(variants)]
+    figure.axes[0].legend(handles=patches, fontsize="small")  # every variant, in any panel
