@@ -82,9 +82,17 @@ def dev_cases() -> list[Case]:
     return [Case(f"{spec} d4", resolve_graph(spec), cluster) for spec in DEV_GRAPHS]
 
 
-def file_cases(data: str) -> list[Case]:
-    """The benchmark experiment's quick files, on each file's own accelerators."""
-    return [Case(c.file, c.graph, c.cluster) for c in benchmark_cases(data, ("throughput-inputs",))]
+def spec_cases(specs: str, devices: int) -> list[Case]:
+    """Graphs named on the command line (built-in names or graph files, comma-separated) on
+    `devices` placeto-k80s."""
+    cluster = Cluster.preset("placeto-k80", devices)
+    return [Case(f"{spec} d{devices}", resolve_graph(spec), cluster) for spec in specs.split(",")]
+
+
+def file_cases(data: str, folder: str = "throughput-inputs") -> list[Case]:
+    """The benchmark files under `folder` (default: the benchmark experiment's quick files), on
+    each file's own accelerators."""
+    return [Case(c.file, c.graph, c.cluster) for c in benchmark_cases(data, (folder,))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,8 +287,9 @@ def verdict(row: dict) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(ROOT.parent / "shared/benchmarks/msr-fiddle"))
-    parser.add_argument("--only", choices=("table1", "benchmarks", "dev"), default=None,
-                        help="one part (dev: graphs outside the scope)")  # fmt: skip
+    parser.add_argument("--only", choices=("table1", "benchmarks", "latency", "dev"),
+                        default=None, help="one part (latency: the latency-inputs files; dev: "
+                        "graphs outside the scope)")  # fmt: skip
     parser.add_argument("--refine", type=Refine.parse, default=None, metavar="GROUPS:UPDATES",
                         help="a second stage on a finer grouping (see `refined`)")  # fmt: skip
     parser.add_argument("--polish", type=passes, default=0, metavar="PASSES",
@@ -288,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--polish-groups", type=passes, default=0, metavar="PASSES",
                         help="before --polish: the same search over the groups, each moved "
                         "whole (not after --refine, whose groups differ)")  # fmt: skip
+    parser.add_argument("--graphs", default=None, metavar="SPEC[,SPEC...]",
+                        help="these graphs (names or files) instead of the scope, on --devices "
+                        "placeto-k80s")  # fmt: skip
+    parser.add_argument("--devices", type=int, default=4, help="with --graphs (default: 4)")
     parser.add_argument("--match", default=None, metavar="TEXT",
                         help="only the graphs whose label contains TEXT")  # fmt: skip
     parser.add_argument("--set", nargs="*", default=["env.reward_graph=ops"], metavar="KEY=VALUE",
@@ -298,8 +311,16 @@ def main(argv: list[str] | None = None) -> int:
     make_config("tiny", [*PLACETO, *args.set])  # bad overrides fail here, before any work
     if args.refine and args.polish_groups:
         parser.error("--polish-groups searches the first stage's groups: not with --refine")
-    if args.only == "dev":
+    if args.graphs is not None and args.only is not None:
+        parser.error("--graphs replaces the scope: not with --only")
+    if args.devices < 1:
+        parser.error(f"--devices must be >= 1, got {args.devices}")
+    if args.graphs is not None:
+        cases = spec_cases(args.graphs, args.devices)
+    elif args.only == "dev":
         cases = dev_cases()
+    elif args.only == "latency":
+        cases = file_cases(args.data, "latency-inputs")
     else:
         cases = [] if args.only == "benchmarks" else table1_cases()
         cases += [] if args.only == "table1" else file_cases(args.data)

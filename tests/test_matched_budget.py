@@ -85,3 +85,17 @@ def test_polishing_groups_after_refining_is_refused_before_any_work(capsys):
     assert "--polish-groups searches the first stage's groups: not with --refine" in (
         capsys.readouterr().err
     )
+
+
+def test_graphs_named_on_the_command_line_replace_the_scope(capsys):
+    module = _module()
+    (case,) = module.spec_cases("layered:12", 3)
+    assert case.label == "layered:12 d3" and case.cluster.n_devices == 3
+    assert case.graph.n_ops == 12
+    for argv, message in (
+        (["--graphs", "layered:12", "--only", "dev"], "--graphs replaces the scope"),
+        (["--graphs", "layered:12", "--devices", "0"], "--devices must be >= 1, got 0"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            module.main(argv)
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
