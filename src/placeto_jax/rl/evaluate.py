@@ -171,9 +171,9 @@ def polish_placements(
 ) -> list[Placement]:
     """`placed` (one per graph of `graphs`) improved by `passes` passes of policy-guided search
     on each op graph (co-located ops stay tied), all in one bank: one compiled program;
-    `on_groups`: on each graph as given instead, moving whole groups (the placement must keep
-    each group on one device, as the policy's episodes on that graph do), every move still
-    judged on the op graph. `block`
+    `on_groups`: on each graph as given instead, moving whole groups (a placement that splits
+    a group, which the policy's episodes on that graph never do, is regrouped within it as in
+    improve mode), every move still judged on the op graph. `block`
     1: one proposal at a time (`Train.polish`); more: `block` proposals at a time, simulated
     together (`polish_in_blocks`); `progress`: a bar over the search's steps. Each result is
     the better of its placement and the search's, by exact simulation; its start and initial
