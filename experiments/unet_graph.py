@@ -16,6 +16,7 @@ from pathlib import Path
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 import placeto_jax as pj
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     graph = unet_graph()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     pj.save_graph(graph, args.out)
-    one = pj.simulate(graph, pj.Cluster.preset("placeto-k80", 1), jnp.zeros(graph.n_ops, int))
+    one = pj.simulate(graph, pj.Cluster.preset("placeto-k80", 1), np.zeros(graph.n_ops, int))
     print(f"{args.out}: {graph.n_ops} ops, {graph.n_edges} edges, "
           f"{float(one.makespan) / 1e3:.2f} ms on one placeto-k80")  # fmt: skip
     return 0
