@@ -48,9 +48,15 @@ MEMORY = ("family:nmt/24", 4096)
 REFERENCE_S = 2.0  # CPU seconds of reference placements per graph (at least two placements)
 
 
+def real_graphs(data: Path = DATA) -> list[str]:
+    """The benchmark's operator graphs under `data`, one test graph per family, the zoo op
+    graphs: the real graphs every simulator benchmark measures first."""
+    files = sorted(str(p) for p in data.glob("throughput-inputs/OperatorGraphs/*.json"))
+    return files + FAMILIES + ZOO_OPS
+
+
 def default_graphs() -> list[str]:
-    files = sorted(str(p) for p in DATA.glob("throughput-inputs/OperatorGraphs/*.json"))
-    return files + FAMILIES + ZOO_OPS + SYNTHETIC
+    return real_graphs() + SYNTHETIC
 
 
 def graph_of(spec: str) -> pj.Graph:

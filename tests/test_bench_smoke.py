@@ -3,12 +3,14 @@ not asserted)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "bench_simulator.py"
@@ -204,6 +206,56 @@ def test_gpu_table_and_aims(monkeypatch):
         "aim N=100: 1,250,000 placements/s (>= 1,000,000): meets",
         "aim N=500: 99,999 placements/s (>= 100,000): BELOW",
     ]
+
+
+def test_gpu_bench_real_graph_rows_are_checked_against_the_reference(monkeypatch):
+    """A real graph's rows (here on CPU): float64 bit-equal to the reference, float32 within
+    0.1% of its makespans; a start moved by 1 µs, or a makespan by 1%, fails the check."""
+    gpu = load_gpu_bench(monkeypatch)
+    graph = gpu.graph_of("family:cifar10/24")  # about 440 ops, traced by this JAX
+    rows = gpu.real_graph_rows("family:cifar10/24", 4, ["float32", "float64"], 0.0)
+    assert [(r["dtype"], r["n_ops"], r["batch"], r["loop"]) for r in rows] == [
+        ("float32", graph.n_ops, 4, "scan"),
+        ("float64", graph.n_ops, 4, "scan"),
+    ]
+    assert all(r["matches_reference"] and r["placements_per_s"] > 0 for r in rows)
+    placements = gpu.colocate(graph, np.zeros((2, graph.n_ops), np.int64))
+    want = [gpu.pj.simulate_reference(graph, gpu.pj.Cluster(4), p) for p in placements]
+    exact = gpu.pj.simulate(graph, gpu.pj.Cluster(4), placements)
+    assert gpu.matches(exact, want, graph.n_ops, "float64")
+    moved = dataclasses.replace(exact, start=exact.start + np.eye(2, graph.n_ops))
+    assert not gpu.matches(moved, want, graph.n_ops, "float64")
+    assert gpu.matches(exact, want, graph.n_ops, "float32")
+    slower = dataclasses.replace(exact, makespan=exact.makespan * 1.01)
+    assert not gpu.matches(slower, want, graph.n_ops, "float32")
+
+
+def test_gpu_real_table_and_budget(monkeypatch, tmp_path):
+    gpu = load_gpu_bench(monkeypatch)
+    row = {"graph": "family:nmt/24", "n_ops": 4246, "n_edges": 5792, "chain_slots": 648,
+           "loop": "wide", "batch": 4096, "dtype": "float64", "placements_per_s": 5827.4,
+           "first_call_s": 3.46, "reference_per_s": 12.0, "matches_reference": True}  # fmt: skip
+    f32 = {**row, "dtype": "float32", "placements_per_s": 5355.0, "matches_reference": False}
+    assert gpu.real_table([row, f32], "H200").splitlines()[2:] == [
+        "| family:nmt/24 | 4,246 | 5,792 | 648 | wide | 4096 | float64 | 5,827 | 3.5 | 12.0 "
+        "| 486x | bit-equal |",
+        "| family:nmt/24 | 4,246 | 5,792 | 648 | wide | 4096 | float32 | 5,355 | 3.5 | 12.0 "
+        "| 446x | NO |",
+    ]
+    # a spent budget starts nothing, and says what it skipped
+    out = tmp_path / "gpu.json"
+    assert gpu.main(["--quick", "--budget-s", "1e-9", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["simulator"] == [] and data["trainer"] is None
+    assert data["skipped"] == [
+        "simulator N=100 B=64",
+        "simulator N=100 B=256",
+        "simulator N=500 B=64",
+        "simulator N=500 B=256",
+        "trainer",
+    ]
+    with pytest.raises(SystemExit):
+        gpu.main(["--quick", "--budget-s", "0"])
 
 
 def load_wide_bench(monkeypatch):

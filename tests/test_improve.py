@@ -186,5 +186,9 @@ def test_the_best_of_several_groupings_fits_memory_first_and_counts_every_one():
     assert first.episodes == second.episodes == 6
     assert first.episode_steps == second.episode_steps == 3 * (4 + 8 + 12)
     assert best_of_groupings([fine]) == fine
+    # when nothing fits, the least memory overflow is kept, not the shortest makespan
+    over = [dataclasses.replace(placed(3.0, False, 4, 1), overflow=0.5),
+            dataclasses.replace(placed(6.0, False, 8, 1), overflow=0.1)]  # fmt: skip
+    assert best_of_groupings([[over[0]], [over[1]]])[0].n_nodes == 8
     with pytest.raises(ValueError, match="no placements"):
         best_of_groupings([])

@@ -23,10 +23,12 @@ def _module():
     return module
 
 
-def _row(placeto, heuristic, local, cem, fits=(True, True, True, True)):
+def _row(placeto, heuristic, local, cem, fits=(True, True, True, True), overflow=None):
     names = ("placeto", "best_heuristic", "local-search", "cross-entropy")
+    overflow = overflow or tuple(0.0 if f else 1.0 for f in fits)
     row = {f"{n}_ms": ms for n, ms in zip(names, (placeto, heuristic, local, cem), strict=True)}
     row.update({f"{n}_fits": f for n, f in zip(names, fits, strict=True)})
+    row.update({f"{n}_overflow": o for n, o in zip(names, overflow, strict=True)})
     return row
 
 
@@ -38,6 +40,12 @@ def test_placeto_must_be_at_most_every_method_and_fitting_memory_comes_first():
     assert verdict(_row(10.0, 8.0, 12.0, 11.0, fits=(True, False, True, True)))
     # Placeto's does not fit, so any fitting placement beats it, however slow
     assert not verdict(_row(8.0, 20.0, 30.0, 40.0, fits=(False, True, True, True)))
+    # when nothing fits, the least memory overflow ranks first, not the shortest makespan
+    none_fit = (False, False, False, False)
+    assert verdict(_row(30.0, 10.0, 12.0, 11.0, none_fit, overflow=(0.1, 2.0, 0.5, 0.2)))
+    assert not verdict(_row(10.0, 30.0, 12.0, 11.0, none_fit, overflow=(0.2, 2.0, 0.5, 0.1)))
+    # at equal overflow, the makespan decides
+    assert not verdict(_row(12.0, 30.0, 11.0, 40.0, none_fit, overflow=(0.5, 0.5, 0.5, 0.5)))
 
 
 @pytest.mark.slow

@@ -3,13 +3,16 @@ graphs with known optima (a chain stays on one device; two independent chains sp
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 
 from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.graphs.generators import layered
-from placeto_jax.placers import METHODS, PLACERS, run_method
+from placeto_jax.placers import METHODS, PLACERS, fastest_fitting, run_method, scored
+from placeto_jax.placers.base import Solution
 from placeto_jax.placers.expert import propagate, tag_devices
 from placeto_jax.placers.search import Scorer, batch_rows
 
@@ -77,6 +80,23 @@ def test_memory_is_respected_when_possible(name):
     graph = Graph.from_edges(base.cost, base.out_bytes * 0, base.edges, param_bytes=[1e6] * 12)
     cluster = Cluster(n_devices=4, memory=5e6)
     assert run_method(name, graph, cluster, KEY, budget=1024).fits_memory
+
+
+def test_when_nothing_fits_the_best_is_the_placement_that_overflows_least():
+    # 12 ops with 1 MB of parameters each on 4 devices of 2.5 MB: no placement fits
+    base = layered(12, seed=5)
+    graph = Graph.from_edges(base.cost, base.out_bytes * 0, base.edges, param_bytes=[1e6] * 12)
+    cluster = Cluster(n_devices=4, memory=2.5e6)
+    alone = scored("single", graph, cluster, Solution(np.zeros(12, np.int64)), 0.0)
+    spread = scored("spread", graph, cluster, Solution(np.arange(12) % 4), 0.0)
+    assert not (alone.fits_memory or spread.fits_memory)
+    assert alone.overflow == pytest.approx((12 - 2.5) / 2.5)  # 12 MB on one device
+    assert spread.overflow == pytest.approx(4 * (3 - 2.5) / 2.5)  # 3 MB on each
+    faster = dataclasses.replace(alone, makespan=spread.makespan / 2)
+    assert fastest_fitting([faster, spread]).method == "spread"  # not the shorter makespan
+    fits = dataclasses.replace(faster, method="fits", makespan=10 * spread.makespan,
+                               fits_memory=True, overflow=0.0)  # fmt: skip
+    assert fastest_fitting([faster, spread, fits]).method == "fits"
 
 
 @pytest.mark.parametrize("name", [*OPTIMISING, "local-search"])

@@ -17,7 +17,14 @@ import numpy as np
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import expert, hierarchical, listsched, partition, rnn, search
-from placeto_jax.placers.base import Method, PlacerResult, Solution, Solver
+from placeto_jax.placers.base import (
+    Method,
+    PlacerResult,
+    Solution,
+    Solver,
+    memory_overflow,
+    rank_key,
+)
 from placeto_jax.placers.simple import colocate, random, random_batch, round_robin, single
 from placeto_jax.placers.timeline import Schedule
 from placeto_jax.sim.api import simulate
@@ -151,8 +158,9 @@ FAST_HEURISTICS = ("metis", "heft", "m-etf", "m-sct")  # seconds each, even on 1
 
 
 def fastest_fitting(results: list[PlacerResult]) -> PlacerResult:
-    """The shortest makespan among the results that fit memory (among all when none fits)."""
-    return min(results, key=lambda r: (not r.fits_memory, r.makespan))
+    """The shortest makespan among the results that fit memory; when none fits, the one that
+    overflows memory least (`rank_key`). The first of equal results."""
+    return min(results, key=lambda r: rank_key(r.makespan, r.fits_memory, r.overflow))
 
 
 def best_heuristic(graph: Graph, cluster: Cluster, key: jax.Array) -> PlacerResult:
@@ -173,6 +181,7 @@ def scored(
         makespan=float(result.makespan),
         peak_memory=peak,
         fits_memory=bool(np.all(peak <= cluster.memory_array)),
+        overflow=float(memory_overflow(peak[None], cluster)[0]),
         evaluations=solution.evaluations,
         wall_s=wall_s,
         estimate=solution.estimate,

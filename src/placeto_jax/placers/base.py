@@ -26,14 +26,32 @@ class Solution:
 MEMORY_PENALTY = 1e9  # µs per unit of relative memory overflow
 
 
-def penalised_makespan(makespan, peak_memory, cluster: Cluster) -> np.ndarray:
-    """[B] µs: makespans [B] µs plus `MEMORY_PENALTY` µs per unit of memory overflow (bytes
-    over capacity divided by capacity, summed over devices) for peak memory [B, D] bytes, so
-    any placement that fits scores below one that does not. The score every search and
-    learned placer ranks placements by."""
+def memory_overflow(peak_memory, cluster: Cluster) -> np.ndarray:
+    """[B] float64: relative memory overflow of peak memory [B, D] bytes (bytes over capacity
+    divided by capacity, summed over devices); 0 exactly when the placement fits."""
     capacity = cluster.memory_array
-    overflow = (np.maximum(np.asarray(peak_memory, np.float64) - capacity, 0.0) / capacity).sum(1)
+    return (np.maximum(np.asarray(peak_memory, np.float64) - capacity, 0.0) / capacity).sum(1)
+
+
+def penalised_makespan(makespan, peak_memory, cluster: Cluster) -> np.ndarray:
+    """[B] µs: makespans [B] µs plus `MEMORY_PENALTY` µs per unit of `memory_overflow` for
+    peak memory [B, D] bytes, so any placement that fits scores below one that does not. The
+    score every search and learned placer ranks placements by."""
+    overflow = memory_overflow(peak_memory, cluster)
     return np.asarray(makespan, dtype=np.float64) + MEMORY_PENALTY * overflow
+
+
+def rank_key(makespan: float, fits: bool, overflow: float) -> tuple[bool, float]:
+    """How two placements compare (the lower key wins): fitting memory first, by makespan
+    (µs); among those that do not fit, the least `memory_overflow` (penalised makespan), not
+    the shortest makespan."""
+    return not fits, float(makespan) + MEMORY_PENALTY * float(overflow)
+
+
+def rank_keys(makespan, peak_memory, cluster: Cluster) -> list[tuple[bool, float]]:
+    """`rank_key` of each of B placements: makespans [B] µs, peak memory [B, D] bytes."""
+    overflow = memory_overflow(peak_memory, cluster)
+    return [rank_key(m, o == 0, o) for m, o in zip(np.asarray(makespan), overflow, strict=True)]
 
 
 def fits_memory(peak_memory, cluster: Cluster) -> np.ndarray:
@@ -83,3 +101,4 @@ class PlacerResult:
     wall_s: float  # seconds the method took (including any JIT compilation it triggered)
     estimate: float = math.nan  # µs, the method's own makespan estimate (NaN: none)
     note: str = ""  # what the method could not do, from its Solution
+    overflow: float = 0.0  # `memory_overflow` of peak_memory (0: it fits)

@@ -8,7 +8,7 @@ sampling temperature: logits divided by T, 1 the policy's own distribution) and 
 placement the training episodes visited on each graph (`found_placements`), and ranks every
 distinct visited placement by an exact simulation of the op graph (the grouped graph the policy
 sees is an approximation of it), so the placement it returns is never worse than the initial
-one (among those that fit memory).
+one (fitting memory first; when none fits, the one that overflows least).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from placeto_jax.config import Config, apply
 from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.env.core import EnvParams
 from placeto_jax.env.start import with_start
+from placeto_jax.placers.base import memory_overflow, rank_key, rank_keys
 from placeto_jax.rl.train import EVAL_KEY, Train, TrainState, make_train
 from placeto_jax.sim.api import simulate, single_device
 from placeto_jax.sim.padded import fine_bucket
@@ -50,6 +51,7 @@ class Placement:
     episode_steps: int = 0  # grouped-graph simulations those episodes made (one per step)
     temperature: float = 1.0  # of the sampled episodes (logits divided by it)
     polish_steps: int = 0  # op-graph simulations of the policy-guided search after them
+    overflow: float = 0.0  # `memory_overflow` of peak_memory (0: it fits)
 
 
 def place_graphs(
@@ -73,7 +75,7 @@ def place_graphs(
 
 def best_of_groupings(per_grouping: list[list[Placement]]) -> list[Placement]:
     """Per graph, the best of its placements at several coarsenings (one list per coarsening,
-    graphs in the same order): fitting memory first, then the exact op-graph makespan, the
+    graphs in the same order), in `rank_key` order of their exact op-graph simulations, the
     earlier coarsening on a tie. Its `evaluations`, `episodes` and `episode_steps` add up
     every coarsening's: all of them were played and simulated."""
     out = []
@@ -94,10 +96,9 @@ def kept_groupings(per_grouping: list[list[Placement]]) -> list[int]:
     """Per graph, the index of the coarsening whose placement `best_of_groupings` keeps."""
     if not per_grouping:
         raise ValueError("no placements to choose from")
-    return [
-        min(range(len(options)), key=lambda k: (not options[k].fits_memory, options[k].makespan))
-        for options in zip(*per_grouping, strict=True)
-    ]
+    keys = [[rank_key(p.makespan, p.fits_memory, p.overflow) for p in options]
+            for options in zip(*per_grouping, strict=True)]  # fmt: skip
+    return [min(range(len(k)), key=k.__getitem__) for k in keys]
 
 
 def found_placements(state: TrainState) -> list[np.ndarray | None]:
@@ -207,6 +208,7 @@ def polish_placements(
             makespan=q.makespan,
             peak_memory=q.peak_memory,
             fits_memory=q.fits_memory,
+            overflow=q.overflow,
             evaluations=p.evaluations + q.evaluations,
             polish_steps=p.polish_steps + q.polish_steps,
         )
@@ -278,7 +280,8 @@ def polish_in_blocks(
         order = np.asarray(bank.order[i, :n_units])
         current = np.asarray(pg.start.placement, dtype=np.int64)
         first_run = simulate(op_graph, cluster, current[None])
-        now, score, steps = first_run[0], _fits_first(first_run, cluster)[0], 1
+        (score,) = rank_keys(first_run.makespan, first_run.peak_memory, cluster)
+        now, steps = first_run[0], 1
         total = config.env.passes * n_units
         for first in range(0, total, block):
             at = first + np.arange(block, dtype=np.int32)
@@ -293,7 +296,7 @@ def polish_in_blocks(
                 continue
             trials = np.stack([_moved(current, unit_of, m) for m in moves])
             singles = simulate(op_graph, cluster, trials)
-            scores = _fits_first(singles, cluster)
+            scores = rank_keys(singles.makespan, singles.peak_memory, cluster)
             helpful = [j for j in sorted(range(len(moves)), key=lambda j: scores[j])
                        if scores[j] < score]  # fmt: skip
             steps += len(moves)
@@ -307,7 +310,7 @@ def polish_in_blocks(
             if len(tried) > 1:
                 combined = simulate(op_graph, cluster, np.stack(tried[1:]))
                 runs += [combined[k] for k in range(len(tried) - 1)]
-                keys += _fits_first(combined, cluster)
+                keys += rank_keys(combined.makespan, combined.peak_memory, cluster)
                 steps += len(tried) - 1
             best = min(range(len(tried)), key=keys.__getitem__)
             current, now, score = tried[best], runs[best], keys[best]
@@ -316,13 +319,6 @@ def polish_in_blocks(
         placements.append(dataclasses.replace(ranked, polish_steps=steps))
     bar.close()
     return placements
-
-
-def _fits_first(runs, cluster: Cluster) -> list[tuple[bool, float]]:
-    """(does not fit memory, makespan µs) of each simulation of a batch: the order in which
-    the search compares placements."""
-    fits = np.all(runs.peak_memory <= cluster.memory_array, axis=1)
-    return [(not f, float(m)) for f, m in zip(fits, runs.makespan, strict=True)]
 
 
 def _padded(x: np.ndarray, n_pad: int) -> np.ndarray:
@@ -367,19 +363,17 @@ def rank_visited(
 ) -> Placement:
     """The best of the distinct placements [S, >= N] that episodes visited (the first row: the
     initial one), by an exact simulation of the op graph (one batch with the single-device
-    placement); fitting placements come first. `start` names the initial placement."""
+    placement), in `rank_key` order (fitting first, then the least memory overflow). `start`
+    names the initial placement."""
     n = pg.graph.n_ops
     visited = np.asarray(visited[:, :n], dtype=np.int64)
     distinct, inverse = np.unique(visited, axis=0, return_inverse=True)
     op_graph = pg.op_graph or pg.graph
     alone = single_device(op_graph, cluster)
     runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in distinct] + [alone]))
-    fits = np.all(runs.peak_memory[:-1] <= cluster.memory_array, axis=1)
-    best = (
-        int(np.argmin(np.where(fits, runs.makespan[:-1], np.inf)))
-        if fits.any()
-        else int(np.argmin(runs.makespan[:-1]))
-    )
+    overflow = memory_overflow(runs.peak_memory[:-1], cluster)
+    keys = rank_keys(runs.makespan[:-1], runs.peak_memory[:-1], cluster)
+    best = min(range(len(keys)), key=keys.__getitem__)
     return Placement(
         graph=pg.name,
         placement=pg.expand(distinct[best]),
@@ -387,7 +381,8 @@ def rank_visited(
         single_device_makespan=float(runs.makespan[-1]),
         initial_makespan=float(runs.makespan[inverse.ravel()[0]]),
         peak_memory=np.asarray(runs.peak_memory[best]),
-        fits_memory=bool(fits[best]),
+        fits_memory=bool(overflow[best] == 0),
+        overflow=float(overflow[best]),
         n_nodes=n,
         n_units=pg.n_units,
         evaluations=len(distinct),
