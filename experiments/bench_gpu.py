@@ -7,9 +7,10 @@ Prints the device, then placements per wall-clock second of the jitted simulator
 
 1. Real graphs first (`bench_wide.real_graphs`: the benchmark's throughput operator graphs
    under `--data`, one test graph per family, the zoo models at op level), B = 4,096 in float32
-   and, for the user's default, float64, with weights colocated with their updates; each next to
-   the Python reference timed on this machine's host CPU (ratio per wall-second), the first
-   placements checked against it (float64 bit-equal, float32 makespans to 0.1%).
+   and, for the user's default, float64, and B = 16,384 in float32, with weights colocated
+   with their updates; each next to the Python reference timed on this machine's host CPU
+   (ratio per wall-second), the first placements checked against it (float64 bit-equal,
+   float32 makespans to 0.1%).
 2. The synthetic `layered(n, seed=0)` graphs at N in {100, 500, 2000} and B in {1024, 16384}.
 3. The trainer's decisions per second (`bench_training.measure`: 100 nodes of family:ptb/0,
    B = 256).
@@ -44,7 +45,7 @@ from placeto_jax.sim import api
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "results" / "bench" / "gpu.json"
 FULL = {
-    "real": (4096, ["float32", "float64"]),
+    "real": [(4096, "float32"), (4096, "float64"), (16384, "float32")],  # (B, dtype)
     "sizes": [100, 500, 2000],
     "batches": [1024, 16384],
     "trainer": (100, 256, 2),
@@ -128,17 +129,19 @@ def matches(out, want: list, n_ops: int, dtype: str) -> bool:
     return bool(np.all(np.abs(got - wanted) <= F32_MAKESPAN_RTOL * wanted))
 
 
-def real_graph_rows(spec: str, batch: int, dtypes: list[str], min_time: float) -> list[dict]:
-    """One row per dtype for a real graph: its size, the accelerator's rate, the reference's
-    on the host CPU, and whether the first placements match the reference's (`matches`)."""
+def real_graph_rows(spec: str, runs: list[tuple[int, str]], min_time: float) -> list[dict]:
+    """One row per (B, dtype) of `runs` for a real graph: its size, the accelerator's rate, the
+    reference's on the host CPU, and whether the first placements match the reference's
+    (`matches`). Every batch is the first B rows of one draw."""
     graph = graph_of(spec)
     pg = api.padded(graph)
-    draws = np.random.default_rng(0).integers(0, DEVICES, size=(batch, graph.n_ops))
+    largest = max(batch for batch, _ in runs)
+    draws = np.random.default_rng(0).integers(0, DEVICES, size=(largest, graph.n_ops))
     placements = colocate(graph, draws)  # weights with their updates, as every placer does
     reference, want = reference_rate(graph, placements)
     rows = []
-    for dtype in dtypes:
-        timing, out = timed_batch(graph, placements, dtype, min_time)
+    for batch, dtype in runs:
+        timing, out = timed_batch(graph, placements[:batch], dtype, min_time)
         rows.append(
             {
                 "graph": spec,
@@ -238,13 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         return not over
 
     if plan["real"]:
-        batch, dtypes = plan["real"]
         for spec in args.graphs or real_graphs(args.data):
             if within_budget(f"real {spec}"):
-                data["real"] += real_graph_rows(spec, batch, dtypes, args.min_time)
-                rates = ", ".join(f"{r['dtype']} {r['placements_per_s']:,.0f}"
-                                  for r in data["real"][-len(dtypes):])  # fmt: skip
-                print(f"{label(spec)} B={batch}: {rates} placements/s", flush=True)
+                data["real"] += real_graph_rows(spec, plan["real"], args.min_time)
+                rates = ", ".join(f"B={r['batch']} {r['dtype']} {r['placements_per_s']:,.0f}"
+                                  for r in data["real"][-len(plan["real"]):])  # fmt: skip
+                print(f"{label(spec)}: {rates} placements/s", flush=True)
                 write_json(args.out, data)
     for n in plan["sizes"]:
         for b in plan["batches"]:

@@ -213,10 +213,10 @@ def test_gpu_bench_real_graph_rows_are_checked_against_the_reference(monkeypatch
     0.1% of its makespans; a start moved by 1 µs, or a makespan by 1%, fails the check."""
     gpu = load_gpu_bench(monkeypatch)
     graph = gpu.graph_of("family:cifar10/24")  # about 440 ops, traced by this JAX
-    rows = gpu.real_graph_rows("family:cifar10/24", 4, ["float32", "float64"], 0.0)
+    rows = gpu.real_graph_rows("family:cifar10/24", [(4, "float32"), (2, "float64")], 0.0)
     assert [(r["dtype"], r["n_ops"], r["batch"], r["loop"]) for r in rows] == [
         ("float32", graph.n_ops, 4, "scan"),
-        ("float64", graph.n_ops, 4, "scan"),
+        ("float64", graph.n_ops, 2, "scan"),
     ]
     assert all(r["matches_reference"] and r["placements_per_s"] > 0 for r in rows)
     placements = gpu.colocate(graph, np.zeros((2, graph.n_ops), np.int64))
