@@ -15,6 +15,7 @@ from placeto_jax.config import Config, EnvConfig, PolicyConfig, RunConfig
 from placeto_jax.env import build_bank, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs import generators
+from placeto_jax.placers.base import memory_overflow, rank_keys
 from placeto_jax.rl import train as train_module
 from placeto_jax.rl.evaluate import Placement, polish_buckets, polish_placements, polish_with
 from placeto_jax.rl.train import make_train
@@ -59,20 +60,26 @@ def _host_search(
     graph: Graph, cluster: Cluster, start: np.ndarray, passes: int, units=None
 ) -> tuple[np.ndarray, int]:
     """The same rule on the host in float64: ops in topological order, `passes` times; propose
-    the lowest device other than the op's own, keep it if the makespan drops. (The final
+    the lowest device other than the op's own, keep it if it ranks before the current one
+    (`rank_key`: the makespan drops, or the memory overflow when either overflows). (The final
     placement, the moves kept.) `units`: the ops moved together at each step instead, in
     order (default: each op alone)."""
+
+    def rank(placement):
+        run = simulate(graph, cluster, placement)
+        return rank_keys(run.makespan[None], run.peak_memory[None], cluster)[0]
+
     placement, kept = start.copy(), 0
-    best = simulate(graph, cluster, placement).makespan
+    best = rank(placement)
     if units is None:
         units = [np.array([op]) for op in graph.topological_order]
     for _ in range(passes):
         for ops in units:
             trial = placement.copy()
             trial[ops] = 1 if placement[ops[0]] == 0 else 0
-            makespan = simulate(graph, cluster, trial).makespan
-            if makespan < best:
-                placement, best, kept = trial, makespan, kept + 1
+            key = rank(trial)
+            if key < best:
+                placement, best, kept = trial, key, kept + 1
     return placement, kept
 
 
@@ -102,6 +109,30 @@ def test_the_search_matches_a_host_reference_of_the_same_rule(chunk, monkeypatch
     assert simulate(graph, cluster, expected).makespan < simulate(graph, cluster, start).makespan
     bar = capsys.readouterr().err
     assert "polish: 100%" in bar and "60/60" in bar
+
+
+def test_when_memory_binds_the_search_ranks_by_overflow_not_the_envs_capped_penalty():
+    # A chain of 30 ops of 1 GB of parameters each, all on device 0 of two 20.5 GB devices:
+    # 9.5 GB over, past the env's penalty cap (10 s at 2 s per GB), so its reward sees only
+    # the makespan, which every split of a chain lengthens. Ranked as `rank_key`, each of the
+    # first 10 moves to device 1 lowers the overflow and is kept; then it fits.
+    n = 30
+    graph = Graph.from_edges([50.0] * n, [1e3] * n, [(i, i + 1) for i in range(n - 1)],
+                             param_bytes=[1e9] * n)  # fmt: skip
+    cluster = Cluster(n_devices=2, memory=20.5e9, speed=1.0, bandwidth=1e3, delta1=0.0,
+                      delta2=0.0)  # fmt: skip
+    start = np.zeros(n, np.int64)
+    config = Config(n_devices=2, env=EnvConfig(initial_placement="given", passes=1),
+                    policy=PolicyConfig(rounds=1))  # fmt: skip
+    pg = with_start(prepare("chain", graph), start, "single", 2)
+    run = make_train(config, build_bank([pg]), cluster, float_dtype=jnp.float64)
+    out = jax.device_get(run.polish(_zeroed(run), run.env_params))
+    expected, kept = _host_search(graph, cluster, start, passes=1)
+    np.testing.assert_array_equal(out["placement"][0, :n], expected)
+    assert int(out["kept"][0]) == kept >= 10
+    peaks = simulate(graph, cluster, np.stack([start, expected])).peak_memory
+    assert memory_overflow(peaks, cluster).tolist() == [pytest.approx(9.5e9 / 20.5e9), 0.0]
+    assert (expected == 1).sum() >= 10
 
 
 def test_random_proposals_never_make_it_worse_and_a_bad_proposer_is_named():

@@ -36,6 +36,7 @@ from placeto_jax.config import Config
 from placeto_jax.env.bank import Bank
 from placeto_jax.env.core import EnvParams, EnvState, PlacetoEnv
 from placeto_jax.nn.policy import PlacetoPolicy
+from placeto_jax.placers.base import MEMORY_PENALTY
 from placeto_jax.rl import losses
 from placeto_jax.rl.sharding import EPISODES, replicate, replicated
 
@@ -277,10 +278,11 @@ class Trainer:
         """Steps of policy-guided search, one per key of `keys` [S] (a slice of `polish_keys`)
         on every graph: each proposes one move of the current unit to the policy's most likely
         allowed device other than its own (`proposer="random"`: a uniformly random one, the
-        ablation without a policy), simulates it and keeps it only if the runtime drops; a move
-        not kept leaves the placement as it was. A step whose `live` [S] is false keeps
-        nothing (padding after the episode's T steps). One simulation per step, as in any
-        episode."""
+        ablation without a policy), simulates it and keeps it only if it ranks before the
+        current placement (`ranks_before`: the makespan drops, or the memory overflow when
+        either overflows); a move not kept leaves the placement as it was. A step whose `live`
+        [S] is false keeps nothing (padding after the episode's T steps). One simulation per
+        step, as in any episode."""
         _check_proposer(proposer)
 
         def step(carry, xs):
@@ -290,7 +292,8 @@ class Trainer:
             moved, _, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
                 step_key, state, action, env_params
             )
-            keep = (reward > 0) & on
+            del reward  # the env's capped max-device penalty; the search ranks as `rank_key`
+            keep = on & ranks_before(moved, state, env_params.capacity)
             stay = dataclasses.replace(state, t=moved.t)
             state = jax.tree.map(lambda a, b: _where_rows(keep, a, b), moved, stay)
             obs = jax.vmap(self.env.observe, (0, None))(state, env_params)
@@ -618,3 +621,19 @@ def make_train(
         hyper=hyper,
         trainer=trainer,
     )
+
+
+def ranks_before(a: EnvState, b: EnvState, capacity: jax.Array) -> jax.Array:
+    """[...] bool: placement state `a` strictly before `b` in `placers.base.rank_key` order
+    (fitting memory first, then makespan µs plus `MEMORY_PENALTY` per unit of relative
+    overflow summed over devices), for states batched alike, `capacity` [D] bytes. Unlike the
+    env's reward (the fullest device's overflow in GB, capped), it sees every device's overflow
+    however large, as the ranking of the search's results does."""
+
+    def key(state: EnvState) -> tuple[jax.Array, jax.Array]:
+        over = jnp.sum(jnp.maximum(state.peak_memory - capacity, 0.0) / capacity, axis=-1)
+        return over == 0, state.makespan + MEMORY_PENALTY * over
+
+    fits_a, score_a = key(a)
+    fits_b, score_b = key(b)
+    return (fits_a & ~fits_b) | ((fits_a == fits_b) & (score_a < score_b))
