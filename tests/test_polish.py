@@ -60,26 +60,34 @@ def _host_search(
     graph: Graph, cluster: Cluster, start: np.ndarray, passes: int, units=None
 ) -> tuple[np.ndarray, int]:
     """The same rule on the host in float64: ops in topological order, `passes` times; propose
-    the lowest device other than the op's own, keep it if it ranks before the current one
+    the lowest device other than the op's own (when the op's device is over its memory: the
+    other device with the largest free fraction), keep it if it ranks before the current one
     (`rank_key`: the makespan drops, or the memory overflow when either overflows). (The final
     placement, the moves kept.) `units`: the ops moved together at each step instead, in
     order (default: each op alone)."""
 
     def rank(placement):
         run = simulate(graph, cluster, placement)
-        return rank_keys(run.makespan[None], run.peak_memory[None], cluster)[0]
+        return rank_keys(run.makespan[None], run.peak_memory[None], cluster)[0], run.peak_memory
+
+    def proposal(own: int, peak: np.ndarray) -> int:
+        capacity = cluster.memory_array
+        if peak[own] <= capacity[own]:
+            return 1 if own == 0 else 0
+        free = np.where(np.arange(len(peak)) == own, -np.inf, (capacity - peak) / capacity)
+        return int(np.argmax(free))
 
     placement, kept = start.copy(), 0
-    best = rank(placement)
+    best, peak = rank(placement)
     if units is None:
         units = [np.array([op]) for op in graph.topological_order]
     for _ in range(passes):
         for ops in units:
             trial = placement.copy()
-            trial[ops] = 1 if placement[ops[0]] == 0 else 0
-            key = rank(trial)
+            trial[ops] = proposal(placement[ops[0]], peak)
+            key, trial_peak = rank(trial)
             if key < best:
-                placement, best, kept = trial, key, kept + 1
+                placement, best, peak, kept = trial, key, trial_peak, kept + 1
     return placement, kept
 
 
@@ -133,6 +141,31 @@ def test_when_memory_binds_the_search_ranks_by_overflow_not_the_envs_capped_pena
     peaks = simulate(graph, cluster, np.stack([start, expected])).peak_memory
     assert memory_overflow(peaks, cluster).tolist() == [pytest.approx(9.5e9 / 20.5e9), 0.0]
     assert (expected == 1).sum() >= 10
+
+
+def test_a_device_over_its_memory_is_relieved_onto_the_freest_device():
+    # 30 ops of 1 GB on device 0 of three 12.5 GB devices. The policy (every logit equal)
+    # proposes device 1 for an op on device 0, never device 2, so 30 GB on two devices could
+    # never fit; moving the ops of an overfull device to the freest one instead fills devices
+    # 1 and 2 in turn until it fits, as the host rule does.
+    n = 30
+    graph = Graph.from_edges([50.0] * n, [1e3] * n, [(i, i + 1) for i in range(n - 1)],
+                             param_bytes=[1e9] * n)  # fmt: skip
+    cluster = Cluster(n_devices=3, memory=12.5e9, speed=1.0, bandwidth=1e3, delta1=0.0,
+                      delta2=0.0)  # fmt: skip
+    start = np.zeros(n, np.int64)
+    config = Config(n_devices=3, env=EnvConfig(initial_placement="given", passes=1),
+                    policy=PolicyConfig(rounds=1))  # fmt: skip
+    pg = with_start(prepare("chain", graph), start, "single", 3)
+    run = make_train(config, build_bank([pg]), cluster, float_dtype=jnp.float64)
+    out = jax.device_get(run.polish(_zeroed(run), run.env_params))
+    expected, kept = _host_search(graph, cluster, start, passes=1)
+    np.testing.assert_array_equal(out["placement"][0, :n], expected)
+    assert int(out["kept"][0]) == kept
+    # the first moves alternate between the two empty devices, lowest index on ties
+    np.testing.assert_array_equal(expected[:4], [1, 2, 1, 2])
+    peaks = simulate(graph, cluster, np.stack([start, expected])).peak_memory
+    assert memory_overflow(peaks, cluster).tolist() == [pytest.approx(17.5 / 12.5), 0.0]
 
 
 def test_random_proposals_never_make_it_worse_and_a_bad_proposer_is_named():

@@ -278,7 +278,8 @@ class Trainer:
         """Steps of policy-guided search, one per key of `keys` [S] (a slice of `polish_keys`)
         on every graph: each proposes one move of the current unit to the policy's most likely
         allowed device other than its own (`proposer="random"`: a uniformly random one, the
-        ablation without a policy), simulates it and keeps it only if it ranks before the
+        ablation without a policy; either way, off a device over its memory to the one with the
+        most free memory, `relieving_memory`), simulates it and keeps it only if it ranks before the
         current placement (`ranks_before`: the makespan drops, or the memory overflow when
         either overflows); a move not kept leaves the placement as it was. A step whose `live`
         [S] is false keeps nothing (padding after the episode's T steps). One simulation per
@@ -289,6 +290,7 @@ class Trainer:
             state, obs, kept = carry
             step_key, on = xs
             action = self.proposals(params, obs, step_key, proposer)
+            action = relieving_memory(action, obs, state.peak_memory, env_params.capacity)
             moved, _, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
                 step_key, state, action, env_params
             )
@@ -637,3 +639,20 @@ def ranks_before(a: EnvState, b: EnvState, capacity: jax.Array) -> jax.Array:
     fits_a, score_a = key(a)
     fits_b, score_b = key(b)
     return (fits_a & ~fits_b) | ((fits_a == fits_b) & (score_a < score_b))
+
+
+def relieving_memory(
+    action: jax.Array, obs: Any, peak_memory: jax.Array, capacity: jax.Array
+) -> jax.Array:
+    """[K] int32: the proposed devices `action` [K], except where the current unit's device is
+    over its memory in the current placement (peak memory [K, D] bytes, `capacity` [D]): there
+    the allowed other device with the largest free fraction of its memory (the lowest index on
+    ties). The policy does not see memory, so without this the search cannot empty a device
+    that the policy keeps proposing to fill."""
+    devices = jnp.arange(capacity.shape[0])
+    own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)  # [K]
+    others = obs.action_mask & (devices[None, :] != own[:, None])  # [K, D]
+    free = jnp.where(others, (capacity - peak_memory) / capacity, -jnp.inf)
+    own_over = jnp.take_along_axis(peak_memory > capacity, own[:, None], axis=1)[:, 0]
+    relieve = own_over & others.any(axis=1)
+    return jnp.where(relieve, jnp.argmax(free, axis=1), action).astype(jnp.int32)
