@@ -37,7 +37,7 @@ bench: install  ## simulator vs the Python reference: real graphs first (results
 bench-train: install  ## trainer throughput; writes results/bench/training.json
 	cd experiments && ../$(PY) bench_training.py
 
-bench-gpu: install  ## simulator and trainer throughput on the accelerator (CPU: small sizes); writes results/bench/gpu.json
+bench-gpu: install  ## on the accelerator: the simulator on real graphs, then synthetic ones, and the trainer (CPU: small sizes); writes results/bench/gpu.json
 	$(PY) experiments/bench_gpu.py
 
 bench-execute: install  ## 20 placements of a small zoo model run on 4 host CPU devices vs simulated; writes results/bench/execute.json

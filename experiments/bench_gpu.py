@@ -37,7 +37,7 @@ import numpy as np
 import placeto_jax as pj
 from bench_simulator import benchmark_graph, machine, random_placements, write_json
 from bench_training import measure
-from bench_wide import DATA, graph_of, label, real_graphs
+from bench_wide import DATA, graph_of, growth_summary, label, real_graphs
 from placeto_jax import precision
 from placeto_jax.placers.simple import colocate
 from placeto_jax.sim import api
@@ -196,6 +196,17 @@ def real_table(rows: list[dict], device: str) -> str:
     return "\n".join(lines)
 
 
+def real_growth(rows: list[dict]) -> list[str]:
+    """`bench_wide.growth_summary` over the BERT op graphs, one line per (B, dtype) measured."""
+    lines = []
+    for batch, dtype in dict.fromkeys((r["batch"], r["dtype"]) for r in rows):
+        same = [r for r in rows if (r["batch"], r["dtype"]) == (batch, dtype)]
+        line = growth_summary(same, rate="placements_per_s")
+        if line:
+            lines.append(f"B={batch} {dtype} {line}")
+    return lines
+
+
 def aims_summary(rows: list[dict]) -> str:
     """One line per aimed N: the best rate over the batch sizes against the aim."""
     lines = []
@@ -262,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer {nodes} nodes B={batch}: {rate:,.0f} decisions/s", flush=True)
     if data["real"]:
         print(real_table(data["real"], device.device_kind))
+        data["growth"] = real_growth(data["real"])
+        print("\n".join(data["growth"]))
     print(table(data["simulator"], data["trainer"], device.device_kind))
     if plan is FULL:
         print(aims_summary(data["simulator"]))

@@ -242,6 +242,14 @@ def test_gpu_real_table_and_budget(monkeypatch, tmp_path):
         "| family:nmt/24 | 4,246 | 5,792 | 648 | wide | 4096 | float32 | 5,355 | 3.5 | 12.0 "
         "| 446x | NO |",
     ]
+    small, large = (f"zoo-ops:bert_base:layers={n}" for n in (3, 12))
+    bert = [{**row, "graph": small, "n_ops": 2000, "placements_per_s": 12000.0},
+            {**row, "graph": large, "n_ops": 6000, "placements_per_s": 3000.0},  # N x3, time x4
+            {**f32, "graph": small, "n_ops": 2000, "placements_per_s": 9000.0}]  # fmt: skip
+    assert gpu.real_growth(bert) == [
+        f"B=4096 float64 growth {small} -> {large}: N x3.00, time per placement x4.00 "
+        "(1.33 x N's, <= 1.3 required): BELOW"
+    ]
     # a spent budget starts nothing, and says what it skipped
     out = tmp_path / "gpu.json"
     assert gpu.main(["--quick", "--budget-s", "1e-9", "--out", str(out)]) == 0
