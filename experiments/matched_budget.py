@@ -41,7 +41,6 @@ from placeto_jax.env.start import with_start
 from placeto_jax.files import write_json
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import fastest_fitting, run_method
-from placeto_jax.placers.base import rank_key
 from placeto_jax.report import format_table
 from placeto_jax.reproduce.benchmarks import benchmark_cases
 from placeto_jax.reproduce.efficiency import placeto_cost
@@ -49,6 +48,7 @@ from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.reproduce.programs import release_compiled_programs
 from placeto_jax.reproduce.table1 import GRAPHS as TABLE1_GRAPHS
 from placeto_jax.rl.evaluate import SCREENED, Placement, place_with, polish_placements
+from placeto_jax.sim.ranking import rank_key
 
 ROOT = Path(__file__).resolve().parents[1]
 MS = 1e3  # µs

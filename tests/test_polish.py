@@ -15,10 +15,10 @@ from placeto_jax.config import Config, EnvConfig, PolicyConfig, RunConfig
 from placeto_jax.env import build_bank, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs import generators
-from placeto_jax.placers.base import memory_overflow, rank_keys
 from placeto_jax.rl import train as train_module
 from placeto_jax.rl.evaluate import Placement, polish_buckets, polish_placements, polish_with
 from placeto_jax.rl.train import make_train
+from placeto_jax.sim.ranking import memory_overflow, rank_keys
 
 # Fast buses, no overheads: makespans by hand.
 CLUSTER = Cluster(n_devices=2, speed=1.0, bandwidth=1000.0, delta1=0.0, delta2=0.0)

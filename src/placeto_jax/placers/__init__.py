@@ -17,17 +17,11 @@ import numpy as np
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import expert, hierarchical, listsched, partition, rnn, search
-from placeto_jax.placers.base import (
-    Method,
-    PlacerResult,
-    Solution,
-    Solver,
-    memory_overflow,
-    rank_key,
-)
+from placeto_jax.placers.base import Method, PlacerResult, Solution, Solver
 from placeto_jax.placers.simple import colocate, random, random_batch, round_robin, single
 from placeto_jax.placers.timeline import Schedule
 from placeto_jax.sim.api import simulate
+from placeto_jax.sim.ranking import memory_overflow, rank_key
 
 Placer = Callable[[Graph, Cluster, jax.Array], np.ndarray]
 

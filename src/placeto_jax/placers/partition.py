@@ -20,8 +20,9 @@ import pymetis
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers.base import Solution, penalised_makespan
+from placeto_jax.placers.base import Solution
 from placeto_jax.sim.api import simulate
+from placeto_jax.sim.ranking import penalised_makespan
 
 WEIGHT_SCALE = 10_000  # largest integer weight handed to METIS
 

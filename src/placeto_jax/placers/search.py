@@ -13,8 +13,8 @@ shapes is compiled per graph; padding rows are not counted as evaluations):
 * `cross_entropy`: the cross-entropy method (Rubinstein 1999) over independent per-op device
   distributions: sample a batch, move the distributions towards the elite tenth, repeat.
 
-Scores: the penalised makespan (`base.penalised_makespan`, µs), so any placement that fits beats
-one that does not.
+Scores: the penalised makespan (`sim.ranking.penalised_makespan`, µs), so any placement that
+fits beats one that does not.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers.base import Solution, penalised_makespan
+from placeto_jax.placers.base import Solution
 from placeto_jax.placers.simple import colocate, random_batch, single
 from placeto_jax.sim.api import padded, simulate_rows
+from placeto_jax.sim.ranking import penalised_makespan
 
 BATCH = 256  # placements simulated per call
 DEFAULT_BUDGET = 4096  # simulator evaluations when none is given

@@ -25,11 +25,12 @@ import optax
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers.base import Solution, best_so_far, fits_memory, penalised_makespan
+from placeto_jax.placers.base import Solution, best_so_far
 from placeto_jax.placers.search import DEFAULT_BUDGET
 from placeto_jax.placers.simple import colocate
 from placeto_jax.sim.api import padded, simulate_rows
 from placeto_jax.sim.padded import bucket
+from placeto_jax.sim.ranking import fits_memory, penalised_makespan
 
 MIN_LENGTH = 64  # sequences are padded to a power of two at least this long
 VOCAB = 32  # op-type buckets: the VOCAB - 1 most frequent types, then one for all others

@@ -19,9 +19,10 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.env.core import EnvParams
-from placeto_jax.placers.base import best_so_far, penalised_makespan
+from placeto_jax.placers.base import best_so_far
 from placeto_jax.rl.evaluate import Placement, found_placements, place_with
 from placeto_jax.rl.train import TrainState, make_train
+from placeto_jax.sim.ranking import penalised_makespan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +137,6 @@ class PlacetoBench:
         return Fit(state.params, placements[-1], best, curve)
 
     def score(self, placement: Placement) -> float:
-        """µs: the placement's penalised makespan (`placers.base.penalised_makespan`)."""
+        """µs: the placement's penalised makespan (`sim.ranking.penalised_makespan`)."""
         score = penalised_makespan([placement.makespan], placement.peak_memory[None], self.cluster)
         return float(score[0])

@@ -26,10 +26,10 @@ from placeto_jax.config import Config, apply
 from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.env.core import EnvParams
 from placeto_jax.env.start import with_start
-from placeto_jax.placers.base import memory_overflow, rank_key, rank_keys
 from placeto_jax.rl.train import EVAL_KEY, Train, TrainState, make_train
 from placeto_jax.sim.api import simulate, single_device
 from placeto_jax.sim.padded import fine_bucket
+from placeto_jax.sim.ranking import memory_overflow, rank_key, rank_keys
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,9 +36,9 @@ from placeto_jax.config import Config
 from placeto_jax.env.bank import Bank
 from placeto_jax.env.core import EnvParams, EnvState, PlacetoEnv
 from placeto_jax.nn.policy import PlacetoPolicy
-from placeto_jax.placers.base import MEMORY_PENALTY
 from placeto_jax.rl import losses
 from placeto_jax.rl.sharding import EPISODES, replicate, replicated
+from placeto_jax.sim.ranking import MEMORY_PENALTY
 
 _CHUNK_NODE_ROWS = 1 << 19  # episodes x padded nodes x steps per gradient chunk (automatic)
 EVAL_KEY = 20190531  # fixed: every greedy evaluation starts from the same initial placements
@@ -626,7 +626,7 @@ def make_train(
 
 
 def ranks_before(a: EnvState, b: EnvState, capacity: jax.Array) -> jax.Array:
-    """[...] bool: placement state `a` strictly before `b` in `placers.base.rank_key` order
+    """[...] bool: placement state `a` strictly before `b` in `sim.ranking.rank_key` order
     (fitting memory first, then makespan µs plus `MEMORY_PENALTY` per unit of relative
     overflow summed over devices), for states batched alike, `capacity` [D] bytes. Unlike the
     env's reward (the fullest device's overflow in GB, capped), it sees every device's overflow
