@@ -35,7 +35,14 @@ import jax
 import numpy as np
 
 import placeto_jax as pj
-from bench_simulator import benchmark_graph, machine, random_placements, write_json
+from bench_simulator import (
+    benchmark_graph,
+    machine,
+    random_placements,
+    steady_state,
+    timed,
+    write_json,
+)
 from bench_training import measure
 from bench_wide import DATA, graph_of, growth_summary, label, real_graphs
 from placeto_jax import precision
@@ -74,23 +81,20 @@ def timed_batch(
             api.sim_cluster(cluster, dtype),
             jax.device_put(rows),
         )
-        tic = time.perf_counter()
-        out = jax.block_until_ready(api.simulate_batch(*args, cluster.broadcast))
-        first_s = time.perf_counter() - tic
-        times: list[float] = []
-        while len(times) < 2 or sum(times) < min_time:
-            tic = time.perf_counter()
-            jax.block_until_ready(api.simulate_batch(*args, cluster.broadcast))
-            times.append(time.perf_counter() - tic)
-    wall = float(np.median(times))
+
+        def call():
+            return jax.block_until_ready(api.simulate_batch(*args, cluster.broadcast))
+
+        out, first_s, _ = timed(call)
+        steady = steady_state(call, min_time)
     batch = placements.shape[0]
     timing = {
         "batch": batch,
         "dtype": dtype,
         "first_call_s": first_s,
-        "wall_s": wall,
-        "repeats": len(times),
-        "placements_per_s": batch / wall,
+        "wall_s": steady["wall_s"],
+        "repeats": steady["repeats"],
+        "placements_per_s": batch / steady["wall_s"],
     }
     return timing, out
 

@@ -119,24 +119,32 @@ def test_the_search_matches_a_host_reference_of_the_same_rule(chunk, monkeypatch
     assert "polish: 100%" in bar and "60/60" in bar
 
 
+def _search_a_memory_bound_chain(n_devices: int, memory: float):
+    """30 ops of 1 GB of parameters in a chain, all on device 0 of `n_devices` devices of
+    `memory` bytes: (start, the JAX search's output after one pass with every logit equal, the
+    host rule's placement and moves kept, the graph, the cluster)."""
+    n = 30
+    graph = Graph.from_edges([50.0] * n, [1e3] * n, [(i, i + 1) for i in range(n - 1)],
+                             param_bytes=[1e9] * n)  # fmt: skip
+    cluster = Cluster(n_devices=n_devices, memory=memory, speed=1.0, bandwidth=1e3,
+                      delta1=0.0, delta2=0.0)  # fmt: skip
+    start = np.zeros(n, np.int64)
+    config = Config(n_devices=n_devices, env=EnvConfig(initial_placement="given", passes=1),
+                    policy=PolicyConfig(rounds=1))  # fmt: skip
+    pg = with_start(prepare("chain", graph), start, "single", n_devices)
+    run = make_train(config, build_bank([pg]), cluster, float_dtype=jnp.float64)
+    out = jax.device_get(run.polish(_zeroed(run), run.env_params))
+    expected, kept = _host_search(graph, cluster, start, passes=1)
+    return start, out, expected, kept, graph, cluster
+
+
 def test_when_memory_binds_the_search_ranks_by_overflow_not_the_envs_capped_penalty():
     # A chain of 30 ops of 1 GB of parameters each, all on device 0 of two 20.5 GB devices:
     # 9.5 GB over, past the env's penalty cap (10 s at 2 s per GB), so its reward sees only
     # the makespan, which every split of a chain lengthens. Ranked as `rank_key`, each of the
     # first 10 moves to device 1 lowers the overflow and is kept; then it fits.
-    n = 30
-    graph = Graph.from_edges([50.0] * n, [1e3] * n, [(i, i + 1) for i in range(n - 1)],
-                             param_bytes=[1e9] * n)  # fmt: skip
-    cluster = Cluster(n_devices=2, memory=20.5e9, speed=1.0, bandwidth=1e3, delta1=0.0,
-                      delta2=0.0)  # fmt: skip
-    start = np.zeros(n, np.int64)
-    config = Config(n_devices=2, env=EnvConfig(initial_placement="given", passes=1),
-                    policy=PolicyConfig(rounds=1))  # fmt: skip
-    pg = with_start(prepare("chain", graph), start, "single", 2)
-    run = make_train(config, build_bank([pg]), cluster, float_dtype=jnp.float64)
-    out = jax.device_get(run.polish(_zeroed(run), run.env_params))
-    expected, kept = _host_search(graph, cluster, start, passes=1)
-    np.testing.assert_array_equal(out["placement"][0, :n], expected)
+    start, out, expected, kept, graph, cluster = _search_a_memory_bound_chain(2, 20.5e9)
+    np.testing.assert_array_equal(out["placement"][0, :30], expected)
     assert int(out["kept"][0]) == kept >= 10
     peaks = simulate(graph, cluster, np.stack([start, expected])).peak_memory
     assert memory_overflow(peaks, cluster).tolist() == [pytest.approx(9.5e9 / 20.5e9), 0.0]
@@ -148,19 +156,8 @@ def test_a_device_over_its_memory_is_relieved_onto_the_freest_device():
     # proposes device 1 for an op on device 0, never device 2, so 30 GB on two devices could
     # never fit; moving the ops of an overfull device to the freest one instead fills devices
     # 1 and 2 in turn until it fits, as the host rule does.
-    n = 30
-    graph = Graph.from_edges([50.0] * n, [1e3] * n, [(i, i + 1) for i in range(n - 1)],
-                             param_bytes=[1e9] * n)  # fmt: skip
-    cluster = Cluster(n_devices=3, memory=12.5e9, speed=1.0, bandwidth=1e3, delta1=0.0,
-                      delta2=0.0)  # fmt: skip
-    start = np.zeros(n, np.int64)
-    config = Config(n_devices=3, env=EnvConfig(initial_placement="given", passes=1),
-                    policy=PolicyConfig(rounds=1))  # fmt: skip
-    pg = with_start(prepare("chain", graph), start, "single", 3)
-    run = make_train(config, build_bank([pg]), cluster, float_dtype=jnp.float64)
-    out = jax.device_get(run.polish(_zeroed(run), run.env_params))
-    expected, kept = _host_search(graph, cluster, start, passes=1)
-    np.testing.assert_array_equal(out["placement"][0, :n], expected)
+    start, out, expected, kept, graph, cluster = _search_a_memory_bound_chain(3, 12.5e9)
+    np.testing.assert_array_equal(out["placement"][0, :30], expected)
     assert int(out["kept"][0]) == kept
     # the first moves alternate between the two empty devices, lowest index on ties
     np.testing.assert_array_equal(expected[:4], [1, 2, 1, 2])

@@ -371,9 +371,9 @@ def rank_visited(
     op_graph = pg.op_graph or pg.graph
     alone = single_device(op_graph, cluster)
     runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in distinct] + [alone]))
-    overflow = memory_overflow(runs.peak_memory[:-1], cluster)
     keys = rank_keys(runs.makespan[:-1], runs.peak_memory[:-1], cluster)
     best = min(range(len(keys)), key=keys.__getitem__)
+    overflow = float(memory_overflow(runs.peak_memory[best][None], cluster)[0])
     return Placement(
         graph=pg.name,
         placement=pg.expand(distinct[best]),
@@ -381,8 +381,8 @@ def rank_visited(
         single_device_makespan=float(runs.makespan[-1]),
         initial_makespan=float(runs.makespan[inverse.ravel()[0]]),
         peak_memory=np.asarray(runs.peak_memory[best]),
-        fits_memory=bool(overflow[best] == 0),
-        overflow=float(overflow[best]),
+        fits_memory=overflow == 0,
+        overflow=overflow,
         n_nodes=n,
         n_units=pg.n_units,
         evaluations=len(distinct),
