@@ -141,8 +141,14 @@ def refined(
     return min((fit.best, sampled), key=bench.score), evaluations
 
 
+ALL_DEVICES = -1  # `--polish all`: one pass per other device (D - 1)
+
+
 def passes(text: str) -> int:
-    """`--polish`'s value: visits of every op, >= 0 (0: no polishing)."""
+    """`--polish`'s value: visits of every op, >= 0 (0: no polishing), or "all" (one pass per
+    other device: with `--proposer ranked`, every device tried for every op)."""
+    if text == "all":
+        return ALL_DEVICES
     try:
         value = int(text)
     except ValueError:
@@ -180,9 +186,11 @@ def placeto_runs(
     refine: Refine | None = None,
     polish: int = 0,
     polish_groups: int = 0,
+    proposer: str = "policy",
 ) -> list[dict]:
     """Improve-mode Placeto trained on each case from its best heuristic's placement; one
-    `PlacetoBench` (one compile) per cluster."""
+    `PlacetoBench` (one compile) per cluster; `proposer` proposes the op-level search's moves
+    (the group search's are the policy's most likely)."""
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
         kind = (case.cluster.n_devices, float(case.cluster.memory_array[0]))
@@ -221,12 +229,18 @@ def placeto_runs(
                 evaluations += more
             extra = {}
             if polish or polish_groups:
-                stages = [(n, on) for n, on in ((polish_groups, graphs[i]), (polish, None)) if n]
+                op_passes = max(cluster.n_devices - 1, 1) if polish == ALL_DEVICES else polish
+                stages = [
+                    (n, on, how)
+                    for n, on, how in ((polish_groups, graphs[i], "policy"),
+                                       (op_passes, None, proposer))
+                    if n
+                ]  # fmt: skip
                 ablation = searched = placed
                 more = 0
-                for count, on in stages:
+                for count, on, how in stages:
                     ablation, _ = polished(case, config, ablation, fit.params, count, "random", on)
-                    searched, spent = polished(case, config, searched, fit.params, count,
+                    searched, spent = polished(case, config, searched, fit.params, count, how,
                                                groups=on)  # fmt: skip
                     more += spent
                 extra = {"unpolished_ms": placed.makespan / MS,
@@ -335,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a second stage on a finer grouping (see `refined`)")  # fmt: skip
     parser.add_argument("--polish", type=passes, default=0, metavar="PASSES",
                         help="then policy-guided search on the op graph (`polished`)")  # fmt: skip
+    parser.add_argument("--proposer", choices=("policy", "ranked"), default="policy",
+                        help="the op-level search's proposals: the policy's most likely other "
+                        "device, or on pass p its p-th most likely (ranked)")  # fmt: skip
     parser.add_argument("--polish-groups", type=passes, default=0, metavar="PASSES",
                         help="before --polish: the same search over the groups, each moved "
                         "whole (not after --refine, whose groups differ)")  # fmt: skip
@@ -350,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results/matched/matched.json")
     args = parser.parse_args(argv)
     make_config("tiny", [*PLACETO, *args.set])  # bad overrides fail here, before any work
+    if args.polish_groups == ALL_DEVICES:
+        parser.error("--polish-groups takes a number of passes, not all")
     if args.refine and args.polish_groups:
         parser.error("--polish-groups searches the first stage's groups: not with --refine")
     if args.graphs is not None and args.only is not None:
@@ -369,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     key = jax.random.key(0)
     began = time.perf_counter()
     with tqdm(total=len(cases), desc="placeto", unit="graph") as bar:
-        rows = placeto_runs(cases, args.set, key, bar, args.refine, args.polish, args.polish_groups)
+        rows = placeto_runs(cases, args.set, key, bar, args.refine, args.polish, args.polish_groups,
+                            args.proposer)  # fmt: skip
     for row in tqdm(rows, desc="searches", unit="graph"):
         add_searches(row, key)
     for row in rows:
@@ -380,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         {"overrides": [*PLACETO, *args.set], "samples": SAMPLES, "temperature": TEMPERATURE,
          "refine": args.refine and dataclasses.asdict(args.refine), "polish": args.polish,
-         "polish_groups": args.polish_groups,
+         "polish_groups": args.polish_groups, "proposer": args.proposer,
          "wall_s": time.perf_counter() - began, "rows": rows},
     )  # fmt: skip
     print(f"wrote {args.out}")

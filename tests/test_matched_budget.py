@@ -77,6 +77,7 @@ def test_refine_reads_groups_and_updates_and_names_a_bad_value():
 def test_polish_reads_passes_and_names_a_bad_value():
     module = _module()
     assert module.passes("2") == 2 and module.passes("0") == 0
+    assert module.passes("all") == module.ALL_DEVICES  # D - 1 passes, per case
     with pytest.raises(argparse.ArgumentTypeError, match="'two'"):
         module.passes("two")
     with pytest.raises(argparse.ArgumentTypeError, match="must be >= 0, got -1"):
@@ -84,6 +85,13 @@ def test_polish_reads_passes_and_names_a_bad_value():
     row = {"unpolished_ms": 10.0, "random_polish_ms": 9.5}
     assert module.polish_columns(row) == {"unpolished": "10", "random polish": "9.5"}
     assert module.polish_columns({}) == {}
+
+
+def test_polishing_groups_takes_a_number_not_all(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _module().main(["--polish-groups", "all"])
+    assert exit_.value.code == 2
+    assert "--polish-groups takes a number of passes, not all" in capsys.readouterr().err
 
 
 def test_polishing_groups_after_refining_is_refused_before_any_work(capsys):

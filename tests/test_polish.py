@@ -57,23 +57,30 @@ def test_moves_that_help_are_kept_and_the_rest_undone():
 
 
 def _host_search(
-    graph: Graph, cluster: Cluster, start: np.ndarray, passes: int, units=None
+    graph: Graph,
+    cluster: Cluster,
+    start: np.ndarray,
+    passes: int,
+    units=None,
+    ranked: bool = False,
 ) -> tuple[np.ndarray, int]:
     """The same rule on the host in float64: ops in topological order, `passes` times; propose
-    the lowest device other than the op's own (when the op's device is over its memory: the
-    other device with the largest free fraction), keep it if it ranks before the current one
-    (`rank_key`: the makespan drops, or the memory overflow when either overflows). (The final
-    placement, the moves kept.) `units`: the ops moved together at each step instead, in
-    order (default: each op alone)."""
+    the lowest device other than the op's own (`ranked`: on pass p the (p mod (D - 1))-th
+    lowest, as the "ranked" proposer does when every logit is equal; when the op's device is
+    over its memory: the other device with the largest free fraction), keep it if it ranks
+    before the current one (`rank_key`: the makespan drops, or the memory overflow when either
+    overflows). (The final placement, the moves kept.) `units`: the ops moved together at each
+    step instead, in order (default: each op alone)."""
 
     def rank(placement):
         run = simulate(graph, cluster, placement)
         return rank_keys(run.makespan[None], run.peak_memory[None], cluster)[0], run.peak_memory
 
-    def proposal(own: int, peak: np.ndarray) -> int:
+    def proposal(own: int, peak: np.ndarray, done: int) -> int:
         capacity = cluster.memory_array
         if peak[own] <= capacity[own]:
-            return 1 if own == 0 else 0
+            others = [d for d in range(cluster.n_devices) if d != own]
+            return others[done % len(others) if ranked else 0]
         free = np.where(np.arange(len(peak)) == own, -np.inf, (capacity - peak) / capacity)
         return int(np.argmax(free))
 
@@ -81,10 +88,10 @@ def _host_search(
     best, peak = rank(placement)
     if units is None:
         units = [np.array([op]) for op in graph.topological_order]
-    for _ in range(passes):
+    for done in range(passes):
         for ops in units:
             trial = placement.copy()
-            trial[ops] = proposal(placement[ops[0]], peak)
+            trial[ops] = proposal(placement[ops[0]], peak, done)
             key, trial_peak = rank(trial)
             if key < best:
                 placement, best, peak, kept = trial, key, trial_peak, kept + 1
@@ -96,27 +103,45 @@ def _reference(graph: Graph, cluster: Cluster, start: np.ndarray, passes: int) -
     return _host_search(graph, cluster, start, passes)[0]
 
 
+def _search_a_layered_graph(n_ops: int, devices: int, passes: int, seed: int, **polish):
+    """(graph, cluster, random start, `Train.polish`'s output) of `passes` passes of the search
+    with equal logits on a layered graph, float64."""
+    graph = generators.layered(n_ops, seed=seed)
+    cluster = Cluster(n_devices=devices, speed=1.0, bandwidth=2.0, delta1=0.0, delta2=0.0)
+    start = np.random.default_rng(seed).integers(0, devices, graph.n_ops)
+    config = Config(n_devices=devices, env=EnvConfig(initial_placement="given", passes=passes),
+                    policy=PolicyConfig(rounds=1))  # fmt: skip
+    pg = with_start(prepare("layered", graph), start, "random", devices)
+    run = make_train(config, build_bank([pg]), cluster, float_dtype=jnp.float64)
+    assert run.trainer.n_steps == passes * n_ops
+    return graph, cluster, start, jax.device_get(run.polish(_zeroed(run), run.env_params, **polish))
+
+
 @pytest.mark.parametrize("chunk", [None, 7])
 def test_the_search_matches_a_host_reference_of_the_same_rule(chunk, monkeypatch, capsys):
     # 2 passes x 30 ops = 60 steps; with 7 per call: 9 calls of 7 steps, the last 3 of them
     # padding that keeps nothing. The same moves as the host rule, and a bar that ends at 60.
     if chunk is not None:
         monkeypatch.setattr(train_module, "POLISH_CHUNK", chunk)
-    graph = generators.layered(30, seed=3)
-    cluster = Cluster(n_devices=3, speed=1.0, bandwidth=2.0, delta1=0.0, delta2=0.0)
-    start = np.random.default_rng(0).integers(0, 3, graph.n_ops)
-    config = Config(n_devices=3, env=EnvConfig(initial_placement="given", passes=2),
-                    policy=PolicyConfig(rounds=1))  # fmt: skip
-    pg = with_start(prepare("layered", graph), start, "random", 3)
-    run = make_train(config, build_bank([pg]), cluster, float_dtype=jnp.float64)
-    assert run.trainer.n_steps == 60
-    out = jax.device_get(run.polish(_zeroed(run), run.env_params, progress=True))
+    graph, cluster, start, out = _search_a_layered_graph(30, 3, 2, seed=0, progress=True)
     expected, kept = _host_search(graph, cluster, start, passes=2)
     np.testing.assert_array_equal(out["placement"][0, : graph.n_ops], expected)
     assert int(out["kept"][0]) == kept > 0
     assert simulate(graph, cluster, expected).makespan < simulate(graph, cluster, start).makespan
     bar = capsys.readouterr().err
     assert "polish: 100%" in bar and "60/60" in bar
+
+
+def test_ranked_proposals_try_the_next_likeliest_device_on_each_pass():
+    # Equal logits rank the other devices by index: pass 0 proposes the lowest, pass 1 the
+    # second lowest, pass 2 the lowest again. Three passes on 4 devices keep moves that the
+    # plain proposer (always the lowest) never proposes.
+    graph, cluster, start, out = _search_a_layered_graph(24, 4, 3, seed=1, proposer="ranked")
+    expected, kept = _host_search(graph, cluster, start, passes=3, ranked=True)
+    np.testing.assert_array_equal(out["placement"][0, : graph.n_ops], expected)
+    assert int(out["kept"][0]) == kept > 0
+    plain, _ = _host_search(graph, cluster, start, passes=3)
+    assert not np.array_equal(plain, expected)
 
 
 def _search_a_memory_bound_chain(n_devices: int, memory: float):
@@ -176,7 +201,7 @@ def test_random_proposals_never_make_it_worse_and_a_bad_proposer_is_named():
     (placed,) = polish_with(run, _zeroed(run), run.env_params, [pg], cluster, "random")
     assert placed.makespan <= placed.initial_makespan
     assert placed.makespan == pytest.approx(simulate(graph, cluster, placed.placement).makespan)
-    with pytest.raises(ValueError, match='proposer must be "policy" or "random"'):
+    with pytest.raises(ValueError, match="proposer must be one of"):
         run.polish(_zeroed(run), run.env_params, proposer="best")
 
 

@@ -277,8 +277,10 @@ class Trainer:
     ) -> PolishCarry:
         """Steps of policy-guided search, one per key of `keys` [S] (a slice of `polish_keys`)
         on every graph: each proposes one move of the current unit to the policy's most likely
-        allowed device other than its own (`proposer="random"`: a uniformly random one, the
-        ablation without a policy; either way, off a device over its memory to the one with the
+        allowed device other than its own (`proposer="ranked"`: on the p-th pass over the units,
+        its p-th most likely, so that D - 1 passes try every device for every unit in the
+        policy's order; `proposer="random"`: a uniformly random one, the ablation without a
+        policy; either way, off a device over its memory to the one with the
         most free memory, `relieving_memory`), simulates it and keeps it only if it ranks before the
         current placement (`ranks_before`: the makespan drops, or the memory overflow when
         either overflows); a move not kept leaves the placement as it was. A step whose `live`
@@ -289,7 +291,9 @@ class Trainer:
         def step(carry, xs):
             state, obs, kept = carry
             step_key, on = xs
-            action = self.proposals(params, obs, step_key, proposer)
+            action = self.proposals(
+                params, obs, step_key, proposer, _passes_done(state, env_params)
+            )
             action = relieving_memory(action, obs, state.peak_memory, env_params.capacity)
             moved, _, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
                 step_key, state, action, env_params
@@ -303,19 +307,28 @@ class Trainer:
 
         return jax.lax.scan(step, carry, (keys, live))[0]
 
-    def proposals(self, params: Any, obs: Any, key: jax.Array, proposer: str) -> jax.Array:
+    def proposals(
+        self, params: Any, obs: Any, key: jax.Array, proposer: str, passes_done: jax.Array
+    ) -> jax.Array:
         """[K] int32: for observations batched over K, the move `polish` proposes for each
         current unit: the policy's most likely allowed device other than the unit's own
-        (`proposer="random"`: a uniformly random one, drawn with `key`), or its own device when
-        no other is allowed."""
+        (`proposer="ranked"`: its (p mod m)-th most likely of the m allowed others, p the
+        unit's `passes_done` [K], ties to the lowest index; `proposer="random"`: a uniformly
+        random one, drawn with `key`), or its own device when no other is allowed."""
         devices = jnp.arange(self.env.n_devices)
         own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)  # [K]
         others = obs.action_mask & (devices[None, :] != own[:, None])  # [K, D]
-        if proposer == "policy":
-            logits = jax.vmap(self.policy.apply, (None, 0))(params, obs)
-        else:
+        if proposer == "random":
             logits = jax.random.uniform(key, others.shape)
-        proposal = jnp.argmax(jnp.where(others, logits, -jnp.inf), axis=1)
+        else:
+            logits = jax.vmap(self.policy.apply, (None, 0))(params, obs)
+        scores = jnp.where(others, logits, -jnp.inf)
+        if proposer == "ranked":
+            by_likelihood = jnp.argsort(-scores, axis=1, stable=True)  # [K, D] allowed first
+            rank = passes_done % jnp.maximum(others.sum(axis=1), 1)
+            proposal = jnp.take_along_axis(by_likelihood, rank[:, None], axis=1)[:, 0]
+        else:
+            proposal = jnp.argmax(scores, axis=1)
         return jnp.where(others.any(axis=1), proposal, own).astype(jnp.int32)
 
     def propose_at(
@@ -341,7 +354,8 @@ class Trainer:
                 EnvState.replayed(graph, order, t, placement, start), env_params
             )
 
-        return self.proposals(params, jax.vmap(observe)(steps), key, proposer)
+        passes_done = steps // jnp.maximum(env_params.bank.n_units[graph], 1)
+        return self.proposals(params, jax.vmap(observe)(steps), key, proposer, passes_done)
 
     # ------------------------------------------------------------------ loss
     def grad_chunk(self) -> int:
@@ -477,9 +491,17 @@ class Trainer:
         )
 
 
+PROPOSERS = ("policy", "ranked", "random")  # what policy-guided search proposes (`proposals`)
+
+
 def _check_proposer(proposer: str) -> None:
-    if proposer not in ("policy", "random"):
-        raise ValueError(f'proposer must be "policy" or "random", got {proposer!r}')
+    if proposer not in PROPOSERS:
+        raise ValueError(f"proposer must be one of {PROPOSERS}, got {proposer!r}")
+
+
+def _passes_done(state: EnvState, env_params: EnvParams) -> jax.Array:
+    """[K] int32: the passes over its graph's units that each state [K] has completed."""
+    return state.t // jnp.maximum(env_params.bank.n_units[state.graph], 1)
 
 
 def sample_action(key: jax.Array, logits: jax.Array, temperature: jax.Array | float) -> jax.Array:
