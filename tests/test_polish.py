@@ -67,7 +67,7 @@ def _host_search(
     """The same rule on the host in float64: ops in topological order, `passes` times; propose
     the lowest device other than the op's own (`ranked`: on pass p the (p mod (D - 1))-th
     lowest, as the "ranked" proposer does when every logit is equal; when the op's device is
-    over its memory: the other device with the largest free fraction), keep it if it ranks
+    over its memory: `relief`), keep it if it ranks
     before the current one (`rank_key`: the makespan drops, or the memory overflow when either
     overflows). (The final placement, the moves kept.) `units`: the ops moved together at each
     step instead, in order (default: each op alone)."""
@@ -76,13 +76,32 @@ def _host_search(
         run = simulate(graph, cluster, placement)
         return rank_keys(run.makespan[None], run.peak_memory[None], cluster)[0], run.peak_memory
 
-    def proposal(own: int, peak: np.ndarray, done: int) -> int:
-        capacity = cluster.memory_array
-        if peak[own] <= capacity[own]:
-            others = [d for d in range(cluster.n_devices) if d != own]
-            return others[done % len(others) if ranked else 0]
-        free = np.where(np.arange(len(peak)) == own, -np.inf, (capacity - peak) / capacity)
-        return int(np.argmax(free))
+    capacity = cluster.memory_array
+    edges = graph.edges
+
+    def relief(ops: np.ndarray, placement: np.ndarray, peak: np.ndarray) -> int:
+        """Off an overfull device: to a device with room for the unit's bytes holding the most
+        bytes of its edges (ties: the largest free fraction, then the lowest index), else the
+        largest free fraction."""
+        own, inside = placement[ops[0]], np.isin(np.arange(graph.n_ops), ops)
+        near = np.zeros(cluster.n_devices)
+        for u, v in edges:
+            if inside[u] != inside[v]:
+                near[placement[v] if inside[u] else placement[u]] += graph.out_bytes[u]
+        need = (graph.param_bytes[ops] + graph.out_bytes[ops]).sum()
+        others = [d for d in range(cluster.n_devices) if d != own]
+        room = [d for d in others if capacity[d] - peak[d] >= need]
+        if room:
+            most = max(near[d] for d in room)
+            others = [d for d in room if near[d] == most]
+        return max(others, key=lambda d: ((capacity[d] - peak[d]) / capacity[d], -d))
+
+    def proposal(ops: np.ndarray, placement: np.ndarray, peak: np.ndarray, done: int) -> int:
+        own = placement[ops[0]]
+        if peak[own] > capacity[own]:
+            return relief(ops, placement, peak)
+        others = [d for d in range(cluster.n_devices) if d != own]
+        return others[done % len(others) if ranked else 0]
 
     placement, kept = start.copy(), 0
     best, peak = rank(placement)
@@ -91,7 +110,7 @@ def _host_search(
     for done in range(passes):
         for ops in units:
             trial = placement.copy()
-            trial[ops] = proposal(placement[ops[0]], peak, done)
+            trial[ops] = proposal(ops, placement, peak, done)
             key, trial_peak = rank(trial)
             if key < best:
                 placement, best, peak, kept = trial, key, trial_peak, kept + 1
@@ -176,16 +195,18 @@ def test_when_memory_binds_the_search_ranks_by_overflow_not_the_envs_capped_pena
     assert (expected == 1).sum() >= 10
 
 
-def test_a_device_over_its_memory_is_relieved_onto_the_freest_device():
+def test_a_device_over_its_memory_is_relieved_next_to_its_neighbours():
     # 30 ops of 1 GB on device 0 of three 12.5 GB devices. The policy (every logit equal)
     # proposes device 1 for an op on device 0, never device 2, so 30 GB on two devices could
-    # never fit; moving the ops of an overfull device to the freest one instead fills devices
-    # 1 and 2 in turn until it fits, as the host rule does.
+    # never fit. Relief moves an op of an overfull device to a device with room for its 1 GB
+    # that holds its neighbour: op 0 to device 1 (both empty: the lowest index), ops 1 to 11
+    # after it while 1 GB fits there (12 GB of 12.5), ops 12 to 17 to device 2, which has room,
+    # and their successors after them; then device 0's 12 GB fit and the search stops moving.
+    # Two transfers in all, where moving each op to the freest device alternated between them.
     start, out, expected, kept, graph, cluster = _search_a_memory_bound_chain(3, 12.5e9)
     np.testing.assert_array_equal(out["placement"][0, :30], expected)
-    assert int(out["kept"][0]) == kept
-    # the first moves alternate between the two empty devices, lowest index on ties
-    np.testing.assert_array_equal(expected[:4], [1, 2, 1, 2])
+    assert int(out["kept"][0]) == kept == 18
+    np.testing.assert_array_equal(expected, [1] * 12 + [2] * 6 + [0] * 12)
     peaks = simulate(graph, cluster, np.stack([start, expected])).peak_memory
     assert memory_overflow(peaks, cluster).tolist() == [pytest.approx(17.5 / 12.5), 0.0]
 

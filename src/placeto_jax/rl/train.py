@@ -280,8 +280,8 @@ class Trainer:
         allowed device other than its own (`proposer="ranked"`: on the p-th pass over the units,
         its p-th most likely, so that D - 1 passes try every device for every unit in the
         policy's order; `proposer="random"`: a uniformly random one, the ablation without a
-        policy; either way, off a device over its memory to the one with the
-        most free memory, `relieving_memory`), simulates it and keeps it only if it ranks before the
+        policy; either way, off a device over its memory to a device with room, near the unit's
+        neighbours, `relieving_memory`), simulates it and keeps it only if it ranks before the
         current placement (`ranks_before`: the makespan drops, or the memory overflow when
         either overflows); a move not kept leaves the placement as it was. A step whose `live`
         [S] is false keeps nothing (padding after the episode's T steps). One simulation per
@@ -294,7 +294,7 @@ class Trainer:
             action = self.proposals(
                 params, obs, step_key, proposer, _passes_done(state, env_params)
             )
-            action = relieving_memory(action, obs, state.peak_memory, env_params.capacity)
+            action = relieving_memory(action, obs, state, env_params)
             moved, _, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
                 step_key, state, action, env_params
             )
@@ -664,17 +664,48 @@ def ranks_before(a: EnvState, b: EnvState, capacity: jax.Array) -> jax.Array:
 
 
 def relieving_memory(
-    action: jax.Array, obs: Any, peak_memory: jax.Array, capacity: jax.Array
+    action: jax.Array, obs: Any, state: EnvState, env_params: EnvParams
 ) -> jax.Array:
     """[K] int32: the proposed devices `action` [K], except where the current unit's device is
-    over its memory in the current placement (peak memory [K, D] bytes, `capacity` [D]): there
-    the allowed other device with the largest free fraction of its memory (the lowest index on
-    ties). The policy does not see memory, so without this the search cannot empty a device
-    that the policy keeps proposing to fill."""
+    over its memory in the current placement (`state`, batched over K): there the allowed other
+    device with room for the unit's bytes (parameters and outputs, against its peak) that holds
+    the most bytes of the unit's edges (ties: the largest free fraction, then the lowest
+    index), or with no room anywhere the largest free fraction. The policy does not see
+    memory, so without this the search cannot empty a device that the policy keeps proposing
+    to fill; preferring the unit's neighbours keeps chains together as they leave it."""
+    capacity = env_params.capacity
     devices = jnp.arange(capacity.shape[0])
     own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)  # [K]
     others = obs.action_mask & (devices[None, :] != own[:, None])  # [K, D]
-    free = jnp.where(others, (capacity - peak_memory) / capacity, -jnp.inf)
-    own_over = jnp.take_along_axis(peak_memory > capacity, own[:, None], axis=1)[:, 0]
+    neighbours, unit_bytes = jax.vmap(_unit_edges_and_bytes, (0, 0, 0, None, None))(
+        state.graph, obs.current, obs.placement, env_params.bank, capacity.shape[0]
+    )  # [K, D] relative bytes, [K] bytes
+    free = capacity - state.peak_memory  # [K, D] bytes
+    fraction = jnp.where(others, free / capacity, -jnp.inf)
+    room = others & (free >= unit_bytes[:, None])
+    most = jnp.max(jnp.where(room, neighbours, -jnp.inf), axis=1, keepdims=True)
+    near = room & (neighbours == most)
+    target = jnp.where(
+        room.any(axis=1),
+        jnp.argmax(jnp.where(near, fraction, -jnp.inf), axis=1),
+        jnp.argmax(fraction, axis=1),
+    )
+    own_over = jnp.take_along_axis(state.peak_memory > capacity, own[:, None], axis=1)[:, 0]
     relieve = own_over & others.any(axis=1)
-    return jnp.where(relieve, jnp.argmax(free, axis=1), action).astype(jnp.int32)
+    return jnp.where(relieve, target, action).astype(jnp.int32)
+
+
+def _unit_edges_and_bytes(
+    graph: jax.Array, current: jax.Array, placement: jax.Array, bank: Any, n_devices: int
+) -> tuple[jax.Array, jax.Array]:
+    """([D] output bytes relative to the graph's largest on the edges between the current unit
+    [N] bool and each device's nodes, [] bytes of the unit's parameters and outputs), for one
+    graph of `bank` and its placement [N]."""
+    senders, receivers = bank.senders[graph], bank.receivers[graph]
+    out = jnp.where(bank.edge_mask[graph], bank.bytes_feature[graph][senders], 0.0)  # [E]
+    into = current[receivers] & ~current[senders]  # edges from other nodes into the unit
+    out_of = current[senders] & ~current[receivers]
+    neighbours = jax.ops.segment_sum(
+        jnp.where(into, out, 0.0), placement[senders], n_devices
+    ) + jax.ops.segment_sum(jnp.where(out_of, out, 0.0), placement[receivers], n_devices)
+    return neighbours, jnp.sum(jnp.where(current, bank.memory[graph], 0.0))
