@@ -208,6 +208,10 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     assert doc["initial_makespan_us"] == pytest.approx(plain["initial_makespan_us"])
     simulated = _simulated("layered:24", "placeto-k80", 2, doc["placement"])
     assert doc["makespan_us"] == pytest.approx(float(simulated.makespan))
+    # Ranked proposals on 2 devices: the one other device on every pass, as without.
+    assert main([*argv, "--polish", "2", "--polish-ranked"]) == 0
+    ranked = json.loads(capsys.readouterr().out)
+    assert ranked["placement"] == doc["placement"] and ranked["polish_steps"] == 2 * 24 + 1
     # In blocks of 8: on 2 devices every op's proposal is the other device, so every op is
     # simulated moved, twice, and the helpful moves of each block together besides.
     assert main([*argv, "--polish", "2", "--polish-block", "8"]) == 0
@@ -324,6 +328,11 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             [*PLACE_SINGLE, "--polish-block", "4"],
             POLICY_ONLY,
         ),
+        (
+            [*PLACE_POLICY, "--polish-ranked"],
+            "--polish-ranked sets how --polish proposes moves: give --polish P too",
+        ),
+        ([*PLACE_SINGLE, "--polish-ranked"], POLICY_ONLY),
         (
             [*PLACE_POLICY, "--samples", "-1"],
             "--samples must be >= 0",

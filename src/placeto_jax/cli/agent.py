@@ -231,6 +231,13 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
         "on graphs of thousands of ops (2.5x on a 4,384-op graph), slower below, and it gains "
         "less per pass (default: %(default)s, one move at a time)",
     )
+    parser.add_argument(
+        "--polish-ranked",
+        action="store_true",
+        help="with --polish: on pass p propose each op's p-th most likely other device instead "
+        "of its most likely every time, so that D - 1 passes try every device for every op in "
+        "the policy's order",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -405,6 +412,8 @@ def _placements(
         raise ValueError(f"--polish-block must be >= 1, got {args.polish_block}")
     if args.polish_block > 1 and not args.polish:
         raise ValueError("--polish-block sets how --polish proposes moves: give --polish P too")
+    if args.polish_ranked and not args.polish:
+        raise ValueError("--polish-ranked sets how --polish proposes moves: give --polish P too")
     if args.polish_groups < 0:
         raise ValueError(f"--polish-groups must be >= 0, got {args.polish_groups}")
     config = starting_config(run_config(args.checkpoint, devices, args.cluster), args.start)
@@ -429,7 +438,8 @@ def _placements(
         )  # fmt: skip
     if args.polish:
         placed = polish_placements(
-            config, params, graphs, placed, on, args.polish, block=args.polish_block,
+            config, params, graphs, placed, on, args.polish,
+            proposer="ranked" if args.polish_ranked else "policy", block=args.polish_block,
             progress=not args.no_progress,
         )  # fmt: skip
     return on, graphs, placed
@@ -484,7 +494,7 @@ def _place_method(args: argparse.Namespace) -> int:
         raise ValueError("--method needs --devices")
     policy_options = (
         args.start, args.samples, args.passes, args.temperature != 1, args.polish,
-        args.polish_block != 1, args.group_target, args.polish_groups,
+        args.polish_block != 1, args.group_target, args.polish_groups, args.polish_ranked,
     )  # fmt: skip
     if any(x not in (None, 0, False) for x in policy_options):
         raise ValueError(
