@@ -14,9 +14,10 @@ per training step, 2 x (nodes + 1) per greedy evaluation, one for training's bes
 for the samples, K x (nodes + 1) steps plus the `SCREENED` exact simulations. `--refine G:U`
 adds a second stage on G groups (`refined`), charged the same way; `--polish P` then a
 policy-guided search on the op graph (`polished`: P visits of every op, one proposal each, a
-move kept only if it helps; one evaluation per step), with the same search from uniformly
-random proposals as its ablation (reported, not charged). Local search (from single device)
-and the cross-entropy method then get that many.
+move kept only if it helps; one evaluation per step; `--polish all`: D - 1 passes, and with
+`--proposer ranked` pass p proposes each op's p-th most likely other device), with the same
+search from uniformly random proposals as its ablation (reported, not charged). Local search
+(from single device) and the cross-entropy method then get that many.
 
 Run: `python experiments/matched_budget.py --data ../shared/benchmarks/msr-fiddle`
 (`--only table1` or `--only benchmarks` for one part, `--only dev` for graphs outside the
