@@ -231,15 +231,10 @@ def placeto_runs(
             extra = {}
             if polish or polish_groups:
                 op_passes = max(cluster.n_devices - 1, 1) if polish == ALL_DEVICES else polish
-                stages = [
-                    (n, on, how)
-                    for n, on, how in ((polish_groups, graphs[i], "policy"),
-                                       (op_passes, None, proposer))
-                    if n
-                ]  # fmt: skip
+                stages = [(polish_groups, graphs[i], "policy"), (op_passes, None, proposer)]
                 ablation = searched = placed
                 more = 0
-                for count, on, how in stages:
+                for count, on, how in (stage for stage in stages if stage[0]):
                     ablation, _ = polished(case, config, ablation, fit.params, count, "random", on)
                     searched, spent = polished(case, config, searched, fit.params, count, how,
                                                groups=on)  # fmt: skip

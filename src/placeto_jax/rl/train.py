@@ -291,9 +291,8 @@ class Trainer:
         def step(carry, xs):
             state, obs, kept = carry
             step_key, on = xs
-            action = self.proposals(
-                params, obs, step_key, proposer, _passes_done(state, env_params)
-            )
+            passes_done = _passes_done(state.t, state.graph, env_params)
+            action = self.proposals(params, obs, step_key, proposer, passes_done)
             action = relieving_memory(action, obs, state, env_params)
             moved, _, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
                 step_key, state, action, env_params
@@ -315,9 +314,7 @@ class Trainer:
         (`proposer="ranked"`: its (p mod m)-th most likely of the m allowed others, p the
         unit's `passes_done` [K], ties to the lowest index; `proposer="random"`: a uniformly
         random one, drawn with `key`), or its own device when no other is allowed."""
-        devices = jnp.arange(self.env.n_devices)
-        own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)  # [K]
-        others = obs.action_mask & (devices[None, :] != own[:, None])  # [K, D]
+        own, others = _own_and_others(obs)
         if proposer == "random":
             logits = jax.random.uniform(key, others.shape)
         else:
@@ -354,7 +351,7 @@ class Trainer:
                 EnvState.replayed(graph, order, t, placement, start), env_params
             )
 
-        passes_done = steps // jnp.maximum(env_params.bank.n_units[graph], 1)
+        passes_done = _passes_done(steps, graph, env_params)
         return self.proposals(params, jax.vmap(observe)(steps), key, proposer, passes_done)
 
     # ------------------------------------------------------------------ loss
@@ -499,9 +496,18 @@ def _check_proposer(proposer: str) -> None:
         raise ValueError(f"proposer must be one of {PROPOSERS}, got {proposer!r}")
 
 
-def _passes_done(state: EnvState, env_params: EnvParams) -> jax.Array:
-    """[K] int32: the passes over its graph's units that each state [K] has completed."""
-    return state.t // jnp.maximum(env_params.bank.n_units[state.graph], 1)
+def _passes_done(t: jax.Array, graph: jax.Array, env_params: EnvParams) -> jax.Array:
+    """[...] int32: the passes over the units of bank graph `graph` completed before step `t`
+    (both broadcast alike)."""
+    return t // jnp.maximum(env_params.bank.n_units[graph], 1)
+
+
+def _own_and_others(obs: Any) -> tuple[jax.Array, jax.Array]:
+    """([K] int32 the current unit's device, [K, D] bool the allowed devices other than it) for
+    observations batched over K."""
+    devices = jnp.arange(obs.action_mask.shape[-1])
+    own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)
+    return own, obs.action_mask & (devices[None, :] != own[:, None])
 
 
 def sample_action(key: jax.Array, logits: jax.Array, temperature: jax.Array | float) -> jax.Array:
@@ -674,9 +680,7 @@ def relieving_memory(
     memory, so without this the search cannot empty a device that the policy keeps proposing
     to fill; preferring the unit's neighbours keeps chains together as they leave it."""
     capacity = env_params.capacity
-    devices = jnp.arange(capacity.shape[0])
-    own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)  # [K]
-    others = obs.action_mask & (devices[None, :] != own[:, None])  # [K, D]
+    own, others = _own_and_others(obs)
     neighbours, unit_bytes = jax.vmap(_unit_edges_and_bytes, (0, 0, 0, None, None))(
         state.graph, obs.current, obs.placement, env_params.bank, capacity.shape[0]
     )  # [K, D] relative bytes, [K] bytes
