@@ -53,7 +53,7 @@ from placeto_jax.sim.ranking import rank_key
 
 ROOT = Path(__file__).resolve().parents[1]
 MS = 1e3  # µs
-HEURISTICS = ("single", "metis", "heft", "critical-path", "m-topo", "m-etf", "m-sct")
+HEURISTICS = ("single", "metis", "heft", "critical-path", "m-topo", "m-etf", "m-sct", "first-fit")
 SEARCHES = ("local-search", "cross-entropy")
 PLACETO = ("train.iterations=10", "train.episodes=16", "run.group_target=32")
 SAMPLES, TEMPERATURE = 32, 8.0

@@ -16,7 +16,15 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers import expert, hierarchical, listsched, partition, rnn, search
+from placeto_jax.placers import (
+    expert,
+    firstfit,
+    hierarchical,
+    listsched,
+    partition,
+    rnn,
+    search,
+)
 from placeto_jax.placers.base import Method, PlacerResult, Solution, Solver
 from placeto_jax.placers.simple import colocate, random, random_batch, round_robin, single
 from placeto_jax.placers.timeline import Schedule
@@ -107,6 +115,11 @@ METHODS: dict[str, Method] = {
             "m-sct",
             "Baechi m-SCT: ETF keeping LP-chosen favourite children together",
             _scheduler(listsched.m_sct),
+        ),
+        Method(
+            "first-fit",
+            "topological order, each op to the first device its simulated memory fits",
+            firstfit.first_fit,
         ),
         Method(
             "random-search",

@@ -1,0 +1,52 @@
+"""`first_fit`: ops in topological order, each to the first device (fastest first) where every
+device's simulated peak memory still fits; what fits nowhere stays on the slowest device.
+
+The list schedulers' memory bound (`Timeline`) charges every output for the whole step, so on
+graphs whose parameters and outputs together exceed the cluster's memory (inference layer graphs
+spread over a dozen small devices) they run out of devices and place the rest blindly. Here the
+simulator itself measures memory (parameters, live outputs and received copies, freed as
+`docs/simulator.md` says), one batch of candidate devices per op: every op starts on the slowest
+device (the sink), and in topological order each moves to the first other device where no other
+device (the sink aside) goes over its memory. A device whose current peak plus the op's
+parameters already exceeds its memory is not tried. A graph that fits the fastest device stays
+there; one that fits nowhere ends as single device on the sink. Cost: one simulated batch per
+op, so seconds on graphs of a few hundred ops and minutes on ten thousand.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.graphs.core import Graph
+from placeto_jax.placers.base import Solution
+from placeto_jax.placers.simple import colocate
+from placeto_jax.sim.api import simulate
+
+
+def first_fit(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:
+    """Memory first-fit in topological order (module docstring). Evaluations: the placements
+    simulated."""
+    del key, budget
+    devices = np.argsort(-cluster.speed_array, kind="stable")
+    sink, candidates = devices[-1], devices[:-1]
+    capacity = cluster.memory_array
+    params = np.asarray(graph.param_bytes, dtype=np.float64)
+    placement = np.full(graph.n_ops, sink, dtype=np.int64)
+    peak = np.asarray(simulate(graph, cluster, placement).peak_memory, dtype=np.float64)
+    evaluations = 1
+    for op in graph.topological_order.tolist():
+        tried = candidates[peak[candidates] + params[op] <= capacity[candidates]]
+        if placement[op] != sink or not len(tried):
+            continue  # placed with its co-location group, or no device has room
+        rows = np.repeat(placement[None], len(tried), axis=0)
+        rows[np.arange(len(tried)), op] = tried
+        rows = colocate(graph, rows)
+        peaks = np.asarray(simulate(graph, cluster, rows).peak_memory, dtype=np.float64)
+        evaluations += len(tried)
+        fits = np.all(peaks[:, candidates] <= capacity[candidates], axis=1)
+        if fits.any():
+            first = int(np.argmax(fits))
+            placement, peak = rows[first], peaks[first]
+    return Solution(placement, evaluations)
