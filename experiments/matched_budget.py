@@ -41,19 +41,25 @@ from placeto_jax.env.bank import PlacementGraph, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.files import write_json
 from placeto_jax.graphs.registry import resolve_graph
-from placeto_jax.placers import fastest_fitting, run_method
+from placeto_jax.placers import PlacerResult, fastest_fitting, run_method
 from placeto_jax.report import format_table
 from placeto_jax.reproduce.benchmarks import benchmark_cases
 from placeto_jax.reproduce.efficiency import placeto_cost
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.reproduce.programs import release_compiled_programs
 from placeto_jax.reproduce.table1 import GRAPHS as TABLE1_GRAPHS
-from placeto_jax.rl.evaluate import SCREENED, Placement, place_with, polish_placements
+from placeto_jax.rl.evaluate import (
+    SCREENED,
+    Placement,
+    place_with,
+    polish_placements,
+    rank_visited,
+)
 from placeto_jax.sim.ranking import rank_key
 
 ROOT = Path(__file__).resolve().parents[1]
 MS = 1e3  # µs
-HEURISTICS = ("single", "metis", "heft", "critical-path", "m-topo", "m-etf", "m-sct", "first-fit")
+HEURISTICS = ("single", "metis", "heft", "critical-path", "m-topo", "m-etf", "m-sct", "fit-fastest")
 SEARCHES = ("local-search", "cross-entropy")
 PLACETO = ("train.iterations=10", "train.episodes=16", "run.group_target=32")
 SAMPLES, TEMPERATURE = 32, 8.0
@@ -179,6 +185,19 @@ def polished(
     return placed, placed.polish_steps - first.polish_steps + placed.evaluations - first.evaluations
 
 
+def second_start(
+    case: Case, config, fastest: PlacerResult, params, passes: int, proposer: str
+) -> tuple[Placement, int]:
+    """(placement, evaluations) of the op-level search (`polished`) from the fastest
+    heuristic's placement, which overflows memory where another heuristic ranked first: its
+    memory relief can fit a fast placement that the fitting start is far from. Evaluations: the
+    start's simulation and the search's."""
+    pg = PlacementGraph(case.label, case.graph)
+    first = rank_visited(pg, case.cluster, fastest.placement[None], fastest.method)
+    placed, spent = polished(case, config, first, params, passes, proposer)
+    return placed, first.evaluations + spent
+
+
 def placeto_runs(
     cases: list[Case],
     overrides: list[str],
@@ -188,10 +207,13 @@ def placeto_runs(
     polish: int = 0,
     polish_groups: int = 0,
     proposer: str = "policy",
+    from_fastest: bool = False,
 ) -> list[dict]:
     """Improve-mode Placeto trained on each case from its best heuristic's placement; one
     `PlacetoBench` (one compile) per cluster; `proposer` proposes the op-level search's moves
-    (the group search's are the policy's most likely)."""
+    (the group search's are the policy's most likely); `from_fastest`: the op-level search
+    also runs from the fastest heuristic when memory ranked another one first
+    (`second_start`)."""
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
         kind = (case.cluster.n_devices, float(case.cluster.memory_array[0]))
@@ -244,6 +266,13 @@ def placeto_runs(
                          "polish_evaluations": more}  # fmt: skip
                 placed = searched
                 evaluations += more
+                fastest = min(heuristics, key=lambda r: r.makespan)
+                if from_fastest and op_passes and fastest.method != start.method:
+                    other, spent = second_start(case, config, fastest, fit.params, op_passes,
+                                                proposer)  # fmt: skip
+                    extra["second_start"] = f"{fastest.method} {other.makespan / MS:.4g}"
+                    placed = min((placed, other), key=bench.score)
+                    evaluations += spent
             rows.append(
                 {
                     "case": case,
@@ -281,12 +310,14 @@ def add_searches(row: dict, key: jax.Array) -> None:
 
 
 def polish_columns(row: dict) -> dict[str, str]:
-    """The table's columns for `--polish`: Placeto before it and the random-proposal ablation."""
+    """The table's columns for `--polish`: Placeto before it, the random-proposal ablation and
+    the search from the fastest heuristic (`--from-fastest`, "-" where none ran)."""
     if "unpolished_ms" not in row:
         return {}
     return {
         "unpolished": f"{row['unpolished_ms']:.4g}",
         "random polish": f"{row['random_polish_ms']:.4g}",
+        "second start": row.get("second_start", "-"),
     }
 
 
@@ -351,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--polish-groups", type=passes, default=0, metavar="PASSES",
                         help="before --polish: the same search over the groups, each moved "
                         "whole (not after --refine, whose groups differ)")  # fmt: skip
+    parser.add_argument("--from-fastest", action="store_true",
+                        help="with --polish: the op-level search also from the fastest "
+                        "heuristic when it overflows memory and another ranked first")  # fmt: skip
     parser.add_argument("--graphs", default=None, metavar="SPEC[,SPEC...]",
                         help="these graphs (names or files) instead of the scope, on --devices "
                         "placeto-k80s")  # fmt: skip
@@ -369,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--polish-groups searches the first stage's groups: not with --refine")
     if args.graphs is not None and args.only is not None:
         parser.error("--graphs replaces the scope: not with --only")
+    if args.from_fastest and not args.polish:
+        parser.error("--from-fastest runs the op-level search (--polish) from a second start")
     if args.devices < 1:
         parser.error(f"--devices must be >= 1, got {args.devices}")
     if args.graphs is not None:
@@ -385,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     with tqdm(total=len(cases), desc="placeto", unit="graph") as bar:
         rows = placeto_runs(cases, args.set, key, bar, args.refine, args.polish, args.polish_groups,
-                            args.proposer)  # fmt: skip
+                            args.proposer, args.from_fastest)  # fmt: skip
     for row in tqdm(rows, desc="searches", unit="graph"):
         add_searches(row, key)
     for row in rows:
@@ -397,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         {"overrides": [*PLACETO, *args.set], "samples": SAMPLES, "temperature": TEMPERATURE,
          "refine": args.refine and dataclasses.asdict(args.refine), "polish": args.polish,
          "polish_groups": args.polish_groups, "proposer": args.proposer,
+         "from_fastest": args.from_fastest,
          "wall_s": time.perf_counter() - began, "rows": rows},
     )  # fmt: skip
     print(f"wrote {args.out}")

@@ -20,7 +20,7 @@ KEY = jax.random.key(0)
 BUDGET = 256
 # methods that search for a short makespan (the others follow a fixed rule)
 OPTIMISING = ["metis", "heft", "critical-path", "m-etf", "m-sct", "random-search", "cross-entropy"]
-MEMORY_AWARE = ["heft", "critical-path", "m-topo", "m-etf", "m-sct", "first-fit", "random-search",
+MEMORY_AWARE = ["heft", "critical-path", "m-topo", "m-etf", "m-sct", "fit-fastest", "random-search",
                 "cross-entropy", "local-search"]  # fmt: skip
 
 

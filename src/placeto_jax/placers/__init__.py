@@ -18,7 +18,7 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import (
     expert,
-    firstfit,
+    fitfastest,
     hierarchical,
     listsched,
     partition,
@@ -117,9 +117,9 @@ METHODS: dict[str, Method] = {
             _scheduler(listsched.m_sct),
         ),
         Method(
-            "first-fit",
-            "topological order, each op to the first device its simulated memory fits",
-            firstfit.first_fit,
+            "fit-fastest",
+            "topological order, each op to its fastest device that simulated memory allows",
+            fitfastest.fit_fastest,
         ),
         Method(
             "random-search",

@@ -1,16 +1,18 @@
-"""`first_fit`: ops in topological order, each to the first device (fastest first) where every
-device's simulated peak memory still fits; what fits nowhere stays on the slowest device.
+"""`fit_fastest`: ops in topological order, each to the device where the simulated makespan is
+shortest among those where every device's simulated peak memory still fits; what fits nowhere
+stays on the slowest device.
 
 The list schedulers' memory bound (`Timeline`) charges every output for the whole step, so on
 graphs whose parameters and outputs together exceed the cluster's memory (inference layer graphs
 spread over a dozen small devices) they run out of devices and place the rest blindly. Here the
 simulator itself measures memory (parameters, live outputs and received copies, freed as
 `docs/simulator.md` says), one batch of candidate devices per op: every op starts on the slowest
-device (the sink), and in topological order each moves to the first other device where no other
-device (the sink aside) goes over its memory. A device whose current peak plus the op's
-parameters already exceeds its memory is not tried. A graph that fits the fastest device stays
-there; one that fits nowhere ends as single device on the sink. Cost: one simulated batch per
-op, so seconds on graphs of a few hundred ops and minutes on ten thousand.
+device (the sink), and in topological order each moves to the other device where the placement
+simulates fastest among those where no device (the sink aside) goes over its memory (ties: the
+faster device, then the lower index). A device whose current peak plus the op's parameters
+already exceeds its memory is not tried. A graph that fits nowhere ends as single device on the
+sink. Cost: one simulated batch per op, so seconds on graphs of a few hundred ops and minutes
+on ten thousand.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from placeto_jax.placers.simple import colocate
 from placeto_jax.sim.api import simulate
 
 
-def first_fit(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:
-    """Memory first-fit in topological order (module docstring). Evaluations: the placements
-    simulated."""
+def fit_fastest(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:
+    """Each op to its fastest device that memory allows, in topological order (module
+    docstring). Evaluations: the placements simulated."""
     del key, budget
     devices = np.argsort(-cluster.speed_array, kind="stable")
     sink, candidates = devices[-1], devices[:-1]
@@ -43,10 +45,11 @@ def first_fit(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None
         rows = np.repeat(placement[None], len(tried), axis=0)
         rows[np.arange(len(tried)), op] = tried
         rows = colocate(graph, rows)
-        peaks = np.asarray(simulate(graph, cluster, rows).peak_memory, dtype=np.float64)
+        result = simulate(graph, cluster, rows)
+        peaks = np.asarray(result.peak_memory, dtype=np.float64)
         evaluations += len(tried)
         fits = np.all(peaks[:, candidates] <= capacity[candidates], axis=1)
         if fits.any():
-            first = int(np.argmax(fits))
-            placement, peak = rows[first], peaks[first]
+            fastest = int(np.argmin(np.where(fits, result.makespan, np.inf)))
+            placement, peak = rows[fastest], peaks[fastest]
     return Solution(placement, evaluations)
