@@ -83,8 +83,20 @@ def test_polish_reads_passes_and_names_a_bad_value():
     with pytest.raises(argparse.ArgumentTypeError, match="must be >= 0, got -1"):
         module.passes("-1")
     row = {"unpolished_ms": 10.0, "random_polish_ms": 9.5}
-    assert module.polish_columns(row) == {"unpolished": "10", "random polish": "9.5"}
+    expected = {"unpolished": "10", "random polish": "9.5", "second start": "-"}
+    assert module.polish_columns(row) == expected
+    row["second_start"] = "single 9.25"
+    assert module.polish_columns(row)["second start"] == "single 9.25"
     assert module.polish_columns({}) == {}
+
+
+def test_a_second_start_needs_the_op_level_search(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _module().main(["--from-fastest"])
+    assert exit_.value.code == 2
+    assert "--from-fastest runs the op-level search (--polish) from a second start" in (
+        capsys.readouterr().err
+    )
 
 
 def test_polishing_groups_takes_a_number_not_all(capsys):
