@@ -188,10 +188,10 @@ def polished(
 def second_start(
     case: Case, config, fastest: PlacerResult, params, passes: int, proposer: str
 ) -> tuple[Placement, int]:
-    """(placement, evaluations) of the op-level search (`polished`) from the fastest
-    heuristic's placement, which overflows memory where another heuristic ranked first: its
-    memory relief can fit a fast placement that the fitting start is far from. Evaluations: the
-    start's simulation and the search's."""
+    """(placement, evaluations) of the op-level search (`polished`) from the placement of the
+    fastest heuristic other than the start, memory aside: where it overflows, relief can fit a
+    fast placement that the start is far from; where it fits, it is a second basin. Evaluations:
+    the start's simulation and the search's."""
     pg = PlacementGraph(case.label, case.graph)
     first = rank_visited(pg, case.cluster, fastest.placement[None], fastest.method)
     placed, spent = polished(case, config, first, params, passes, proposer)
@@ -212,8 +212,7 @@ def placeto_runs(
     """Improve-mode Placeto trained on each case from its best heuristic's placement; one
     `PlacetoBench` (one compile) per cluster; `proposer` proposes the op-level search's moves
     (the group search's are the policy's most likely); `from_fastest`: the op-level search
-    also runs from the fastest heuristic when memory ranked another one first
-    (`second_start`)."""
+    also runs from the fastest other heuristic, memory aside (`second_start`)."""
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
         kind = (case.cluster.n_devices, float(case.cluster.memory_array[0]))
@@ -266,8 +265,9 @@ def placeto_runs(
                          "polish_evaluations": more}  # fmt: skip
                 placed = searched
                 evaluations += more
-                fastest = min(heuristics, key=lambda r: r.makespan)
-                if from_fastest and op_passes and fastest.method != start.method:
+                others = [r for r in heuristics if r.method != start.method]
+                fastest = min(others, key=lambda r: r.makespan) if others else None
+                if from_fastest and op_passes and fastest is not None:
                     other, spent = second_start(case, config, fastest, fit.params, op_passes,
                                                 proposer)  # fmt: skip
                     extra["second_start"] = f"{fastest.method} {other.makespan / MS:.4g}"
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                         "whole (not after --refine, whose groups differ)")  # fmt: skip
     parser.add_argument("--from-fastest", action="store_true",
                         help="with --polish: the op-level search also from the fastest "
-                        "heuristic when it overflows memory and another ranked first")  # fmt: skip
+                        "other heuristic, memory aside")  # fmt: skip
     parser.add_argument("--graphs", default=None, metavar="SPEC[,SPEC...]",
                         help="these graphs (names or files) instead of the scope, on --devices "
                         "placeto-k80s")  # fmt: skip
