@@ -38,10 +38,13 @@ def fit_fastest(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | No
     placement = np.full(graph.n_ops, sink, dtype=np.int64)
     peak = np.asarray(simulate(graph, cluster, placement).peak_memory, dtype=np.float64)
     evaluations = 1
+    leader = colocate(graph, np.arange(graph.n_ops))  # the op whose device each op takes
     for op in graph.topological_order.tolist():
+        if leader[op] != op:
+            continue  # it moves with its co-location group's first op
         tried = candidates[peak[candidates] + params[op] <= capacity[candidates]]
-        if placement[op] != sink or not len(tried):
-            continue  # placed with its co-location group, or no device has room
+        if not len(tried):
+            continue  # no device has room
         rows = np.repeat(placement[None], len(tried), axis=0)
         rows[np.arange(len(tried)), op] = tried
         rows = colocate(graph, rows)
