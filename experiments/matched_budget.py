@@ -16,8 +16,10 @@ adds a second stage on G groups (`refined`), charged the same way; `--polish P` 
 policy-guided search on the op graph (`polished`: P visits of every op, one proposal each, a
 move kept only if it helps; one evaluation per step; `--polish all`: D - 1 passes, and with
 `--proposer ranked` pass p proposes each op's p-th most likely other device), with the same
-search from uniformly random proposals as its ablation (reported, not charged). Local search
-(from single device) and the cross-entropy method then get that many.
+search from uniformly random proposals as its ablation (reported, not charged); `--squeeze`
+last, where Placeto's placement overflows a device's memory, the memory squeeze
+(`placers.squeeze`, charged its simulations; column "squeeze": the overflow before and after).
+Local search (from single device) and the cross-entropy method then get that many.
 
 Run: `python experiments/matched_budget.py --data ../shared/benchmarks/msr-fiddle`
 (`--only table1` or `--only benchmarks` for one part, `--only dev` for graphs outside the
@@ -54,6 +56,7 @@ from placeto_jax.rl.evaluate import (
     place_with,
     polish_placements,
     rank_visited,
+    squeeze_placements,
 )
 from placeto_jax.sim.ranking import rank_key
 
@@ -208,11 +211,13 @@ def placeto_runs(
     polish_groups: int = 0,
     proposer: str = "policy",
     from_fastest: bool = False,
+    squeeze: bool = False,
 ) -> list[dict]:
     """Improve-mode Placeto trained on each case from its best heuristic's placement; one
     `PlacetoBench` (one compile) per cluster; `proposer` proposes the op-level search's moves
     (the group search's are the policy's most likely); `from_fastest`: the op-level search
-    also runs from the fastest other heuristic, memory aside (`second_start`)."""
+    also runs from the fastest other heuristic, memory aside (`second_start`); `squeeze`: the
+    memory squeeze last, where the placement overflows (`squeezed`)."""
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
         kind = (case.cluster.n_devices, float(case.cluster.memory_array[0]))
@@ -273,6 +278,9 @@ def placeto_runs(
                     extra["second_start"] = f"{fastest.method} {other.makespan / MS:.4g}"
                     placed = min((placed, other), key=bench.score)
                     evaluations += spent
+            if squeeze and not placed.fits_memory:
+                placed, spent, extra["squeeze"] = squeezed(case, placed)
+                evaluations += spent
             rows.append(
                 {
                     "case": case,
@@ -295,6 +303,14 @@ def placeto_runs(
             bar.update(1)
         release_compiled_programs()  # each compile holds memory mappings (docs/agent.md)
     return rows
+
+
+def squeezed(case: Case, placed: Placement) -> tuple[Placement, int, str]:
+    """(the memory squeeze's placement from `placed`, its simulations, "overflow before ->
+    after")."""
+    (out,) = squeeze_placements([PlacementGraph(case.label, case.graph)], [placed], case.cluster)
+    change = f"{placed.overflow:.4g} -> {out.overflow:.4g}"
+    return out, out.squeeze_steps - placed.squeeze_steps, change
 
 
 def add_searches(row: dict, key: jax.Array) -> None:
@@ -336,7 +352,9 @@ def verdict(row: dict) -> bool:
 def report(rows: list[dict]) -> str:
     """The table (one line per graph), the count of graphs where Placeto is at most every
     other method, and its mean makespan gain over the best heuristic where both fit memory
-    (elsewhere a makespan says little: the placement cannot run)."""
+    (elsewhere a makespan says little: the placement cannot run); a "squeeze" column where
+    the memory squeeze ran."""
+    squeezing = any("squeeze" in r for r in rows)
     table = [
         {
             "graph": r["graph"],
@@ -349,6 +367,7 @@ def report(rows: list[dict]) -> str:
             "local search": f"{r['local-search_ms']:.4g}",
             "CEM": f"{r['cross-entropy_ms']:.4g}",
             **polish_columns(r),
+            **({"squeeze": r.get("squeeze", "-")} if squeezing else {}),
             "fits (h/p/ls/cem)": "".join("y" if r[k] else "n" for k in FITS),
             "overflow (h/p/ls/cem)": "/".join(f"{r[k]:.3g}" for k in OVERFLOWS),
             "placeto <= all": "yes" if r["placeto_at_most_all"] else "no",
@@ -385,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-fastest", action="store_true",
                         help="with --polish: the op-level search also from the fastest "
                         "other heuristic, memory aside")  # fmt: skip
+    parser.add_argument("--squeeze", action="store_true",
+                        help="last, where Placeto's placement overflows: the memory squeeze "
+                        "(`placers.squeeze`), charged")  # fmt: skip
     parser.add_argument("--graphs", default=None, metavar="SPEC[,SPEC...]",
                         help="these graphs (names or files) instead of the scope, on --devices "
                         "placeto-k80s")  # fmt: skip
@@ -421,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     with tqdm(total=len(cases), desc="placeto", unit="graph") as bar:
         rows = placeto_runs(cases, args.set, key, bar, args.refine, args.polish, args.polish_groups,
-                            args.proposer, args.from_fastest)  # fmt: skip
+                            args.proposer, args.from_fastest, args.squeeze)  # fmt: skip
     for row in tqdm(rows, desc="searches", unit="graph"):
         add_searches(row, key)
     for row in rows:
@@ -433,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         {"overrides": [*PLACETO, *args.set], "samples": SAMPLES, "temperature": TEMPERATURE,
          "refine": args.refine and dataclasses.asdict(args.refine), "polish": args.polish,
          "polish_groups": args.polish_groups, "proposer": args.proposer,
-         "from_fastest": args.from_fastest,
+         "from_fastest": args.from_fastest, "squeeze": args.squeeze,
          "wall_s": time.perf_counter() - began, "rows": rows},
     )  # fmt: skip
     print(f"wrote {args.out}")

@@ -12,6 +12,7 @@ import placeto_jax as pj
 from placeto_jax.cli import main
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import FAST_HEURISTICS, run_method
+from placeto_jax.sim.ranking import rank_keys
 
 TINY = [
     "--set",
@@ -31,8 +32,8 @@ PLACE_SINGLE = ["place", "example:diamond", "--method", "single", "--devices", "
 PLACE_POLICY = ["place", "example:diamond", "--checkpoint", "{run}"]  # {run}: the trained run
 TRAIN_DIAMOND = ["train", "--graphs", "example:diamond", "--devices", "2", "--workdir", "{tmp}/w"]
 POLICY_ONLY = (  # the error for a policy option given with --method
-    "--start, --samples, --temperature, --passes, --group-target, --polish and "
-    "--polish-groups place"
+    "--start, --samples, --temperature, --passes, --group-target, --polish, "
+    "--polish-groups and --squeeze place"
 )
 
 
@@ -222,6 +223,35 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     assert blocks["makespan_us"] == pytest.approx(float(simulated.makespan))
 
 
+def test_place_squeezes_only_a_placement_that_overflows(run_dir, capsys, tmp_path):
+    # a -> b1..b4 -> c, outputs of 5 GB: c needs all four b outputs at once (20 GB) on one
+    # 12 GB device, so every placement overflows and the squeeze runs (its start counted);
+    # layered:24 fits, and the squeeze leaves it alone.
+    wide = tmp_path / "wide.json"
+    edges = [(0, i) for i in range(1, 5)] + [(i, 5) for i in range(1, 5)]
+    pj.save_graph(pj.Graph.from_edges([10.0] * 6, [5e9] * 5 + [0.0], edges), wide)
+    argv = ["place", str(wide), "--checkpoint", str(run_dir), "--json"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--squeeze"]) == 0
+    squeezed = json.loads(capsys.readouterr().out)
+    assert squeezed["squeeze_steps"] >= 1
+    assert squeezed["evaluations"] == plain["evaluations"] + squeezed["squeeze_steps"]
+    cluster = pj.Cluster.preset("placeto-k80", 2)
+    runs = [
+        pj.simulate(pj.load_graph(wide), cluster, np.array(d["placement"]))
+        for d in (plain, squeezed)
+    ]
+    before, after = (rank_keys(r.makespan[None], r.peak_memory[None], cluster)[0] for r in runs)
+    assert after <= before
+    fits = ["place", "layered:24", "--checkpoint", str(run_dir), "--json"]
+    assert main(fits) == 0
+    fitting = json.loads(capsys.readouterr().out)
+    assert main([*fits, "--squeeze"]) == 0
+    left = json.loads(capsys.readouterr().out)
+    assert left["squeeze_steps"] == 0 and left["placement"] == fitting["placement"]
+
+
 def test_place_polishes_groups_before_ops(run_dir, capsys):
     # At most 4 groups of the 24 ops: two passes over the groups (one simulation each, and the
     # initial one), then two over the ops; the counts add up.
@@ -316,6 +346,7 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             "--polish-groups must be >= 0, got -1",
         ),
         ([*PLACE_SINGLE, "--polish-groups", "1"], POLICY_ONLY),
+        ([*PLACE_SINGLE, "--squeeze"], POLICY_ONLY),
         (
             [*PLACE_POLICY, "--polish-block", "0"],
             "--polish-block must be >= 1, got 0",

@@ -127,3 +127,16 @@ def test_graphs_named_on_the_command_line_replace_the_scope(capsys):
         with pytest.raises(SystemExit) as exit_:
             module.main(argv)
         assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_squeeze_column_shows_only_where_it_ran():
+    module = _module()
+    base = {"graph": "g", "nodes": 5, "devices": 2, "decisions": 5, "best_heuristic": "single",
+            "best_heuristic_ms": 10.0, "placeto_evaluations": 9,
+            "placeto_at_most_all": True}  # fmt: skip
+    fits = {**base, **_row(9.0, 10.0, 11.0, 12.0)}
+    assert "squeeze" not in module.report([fits]).splitlines()[0]
+    over = {**base, **_row(9.0, 10.0, 11.0, 12.0, (False,) * 4, (0.2, 0.3, 0.3, 0.3))}
+    over["squeeze"] = "0.2009 -> 0.2003"
+    lines = module.report([fits, over]).splitlines()
+    assert "squeeze" in lines[0] and "0.2009 -> 0.2003" in lines[2] and " - " in lines[1]

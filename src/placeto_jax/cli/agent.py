@@ -50,6 +50,7 @@ from placeto_jax.rl.evaluate import (
     kept_groupings,
     place_graphs,
     polish_placements,
+    squeeze_placements,
 )
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
@@ -237,6 +238,14 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
         help="with --polish: on pass p propose each op's p-th most likely other device instead "
         "of its most likely every time, so that D - 1 passes try every device for every op in "
         "the policy's order",
+    )
+    parser.add_argument(
+        "--squeeze",
+        action="store_true",
+        help="last, where a placement overflows a device's memory: chains of up to 3 moves "
+        "aimed at the tensors live at the fullest device's peak, kept when the overflow (then "
+        "the step time) drops (at most 4,096 simulations per graph; docs/agent.md, "
+        "'The memory squeeze')",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -442,6 +451,8 @@ def _placements(
             proposer="ranked" if args.polish_ranked else "policy", block=args.polish_block,
             progress=not args.no_progress,
         )  # fmt: skip
+    if args.squeeze:
+        placed = squeeze_placements(graphs, placed, on)
     return on, graphs, placed
 
 
@@ -495,11 +506,12 @@ def _place_method(args: argparse.Namespace) -> int:
     policy_options = (
         args.start, args.samples, args.passes, args.temperature != 1, args.polish,
         args.polish_block != 1, args.group_target, args.polish_groups, args.polish_ranked,
+        args.squeeze,
     )  # fmt: skip
     if any(x not in (None, 0, False) for x in policy_options):
         raise ValueError(
-            "--start, --samples, --temperature, --passes, --group-target, --polish and "
-            "--polish-groups place with a policy (--checkpoint)"
+            "--start, --samples, --temperature, --passes, --group-target, --polish, "
+            "--polish-groups and --squeeze place with a policy (--checkpoint)"
         )
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)

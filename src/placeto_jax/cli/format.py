@@ -274,6 +274,7 @@ def policy_json(r: Placement, best: PlacerResult | None, cluster: Cluster) -> di
         "episode_steps": r.episode_steps,
         "temperature": r.temperature,
         "polish_steps": r.polish_steps,
+        "squeeze_steps": r.squeeze_steps,
         "best_heuristic": None
         if best is None
         else {
@@ -335,10 +336,11 @@ def search_line(r: Placement) -> str:
     sampled = f" + {r.episodes - 1} sampled{at}" if r.episodes > 1 else ""
     polish = f", then {r.polish_steps} op-graph ones of policy-guided search"
     polish = polish if r.polish_steps else ""
+    squeeze = f", then {r.squeeze_steps} of the memory squeeze" if r.squeeze_steps else ""
     return (
         f"search   1 greedy{sampled} episode(s) from {_start_label(r)}, {r.episode_steps} "
-        f"steps (grouped-graph simulations){polish}, {r.evaluations} placements simulated on "
-        "the op graph"
+        f"steps (grouped-graph simulations){polish}{squeeze}, {r.evaluations} placements "
+        "simulated on the op graph"
     )
 
 
