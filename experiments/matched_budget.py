@@ -37,6 +37,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from placeto_jax.cli.agent import squeeze_placements
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import apply, make_config
 from placeto_jax.env.bank import PlacementGraph, prepare
@@ -56,7 +57,6 @@ from placeto_jax.rl.evaluate import (
     place_with,
     polish_placements,
     rank_visited,
-    squeeze_placements,
 )
 from placeto_jax.sim.ranking import rank_key
 

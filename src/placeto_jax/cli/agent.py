@@ -41,6 +41,7 @@ from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.placements import save_placement
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import METHODS, PlacerResult, best_heuristic, run_method
+from placeto_jax.placers.squeeze import squeeze
 from placeto_jax.reproduce.starts import STARTS, check_start, started
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.evaluate import (
@@ -50,11 +51,12 @@ from placeto_jax.rl.evaluate import (
     kept_groupings,
     place_graphs,
     polish_placements,
-    squeeze_placements,
 )
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.rl.train import make_train
+from placeto_jax.sim.api import simulate
+from placeto_jax.sim.ranking import memory_overflow
 
 CHECKPOINT_CLUSTER = "the checkpoint's"
 
@@ -454,6 +456,37 @@ def _placements(
     if args.squeeze:
         placed = squeeze_placements(graphs, placed, on)
     return on, graphs, placed
+
+
+def squeeze_placements(
+    graphs: list[PlacementGraph], placed: list[Placement], cluster: Cluster
+) -> list[Placement]:
+    """`placed` (one per graph of `graphs`), each that overflows a device's memory improved by
+    the memory squeeze (`placers.squeeze`: chains of moves aimed at the tensors live at the
+    fullest device's peak) on its op graph; one that fits is returned as it is. Its
+    `evaluations` add the squeeze's, which `squeeze_steps` counts."""
+    out = []
+    for pg, p in zip(graphs, placed, strict=True):
+        if p.fits_memory:
+            out.append(p)
+            continue
+        op_graph = pg.op_graph or pg.graph
+        found = squeeze(op_graph, cluster, p.placement)
+        run = simulate(op_graph, cluster, found.placement)  # the squeeze's best, counted there
+        overflow = float(memory_overflow(run.peak_memory[None], cluster)[0])
+        out.append(
+            dataclasses.replace(
+                p,
+                placement=found.placement,
+                makespan=float(run.makespan),
+                peak_memory=np.asarray(run.peak_memory),
+                fits_memory=overflow == 0,
+                overflow=overflow,
+                evaluations=p.evaluations + found.evaluations,
+                squeeze_steps=p.squeeze_steps + found.evaluations,
+            )
+        )
+    return out
 
 
 def group_targets(text: str | None) -> tuple[int | None, ...]:

@@ -26,7 +26,6 @@ from placeto_jax.config import Config, apply
 from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.env.core import EnvParams
 from placeto_jax.env.start import with_start
-from placeto_jax.placers.squeeze import squeeze
 from placeto_jax.rl.train import EVAL_KEY, Train, TrainState, make_train
 from placeto_jax.sim.api import simulate, single_device
 from placeto_jax.sim.padded import fine_bucket
@@ -216,37 +215,6 @@ def polish_placements(
         )
         for p, q in zip(placed, polished, strict=True)
     ]
-
-
-def squeeze_placements(
-    graphs: list[PlacementGraph], placed: list[Placement], cluster: Cluster
-) -> list[Placement]:
-    """`placed` (one per graph of `graphs`), each that overflows a device's memory improved by
-    the memory squeeze (`placers.squeeze`: chains of moves aimed at the tensors live at the
-    fullest device's peak) on its op graph; one that fits is returned as it is. Its
-    `evaluations` add the squeeze's, which `squeeze_steps` counts."""
-    out = []
-    for pg, p in zip(graphs, placed, strict=True):
-        if p.fits_memory:
-            out.append(p)
-            continue
-        op_graph = pg.op_graph or pg.graph
-        found = squeeze(op_graph, cluster, p.placement)
-        run = simulate(op_graph, cluster, found.placement)  # the squeeze's best, counted there
-        overflow = float(memory_overflow(run.peak_memory[None], cluster)[0])
-        out.append(
-            dataclasses.replace(
-                p,
-                placement=found.placement,
-                makespan=float(run.makespan),
-                peak_memory=np.asarray(run.peak_memory),
-                fits_memory=overflow == 0,
-                overflow=overflow,
-                evaluations=p.evaluations + found.evaluations,
-                squeeze_steps=p.squeeze_steps + found.evaluations,
-            )
-        )
-    return out
 
 
 def polish_buckets(config: Config, graphs: list[PlacementGraph]) -> tuple[int, ...]:
