@@ -33,6 +33,7 @@ from placeto_jax.sim.result import SimResult
 BEAM = 6  # chains extended per level
 DEPTH = 3  # moves per chain
 DEFAULT_BUDGET = 4096  # simulator evaluations when none is given
+CHUNK = 256  # placements simulated per call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,8 +133,15 @@ def _moves(
 
 
 def _simulated(graph: Graph, cluster: Cluster, rows: np.ndarray) -> list[State]:
-    """Each placement of rows [B, N] simulated, ranked and its fullest overflowing device's peak
-    found."""
+    """Each placement of rows [B, N] simulated (`CHUNK` at a time: a result holds [B, N, D]
+    transfer times), ranked and its fullest overflowing device's peak found."""
+    states = []
+    for lo in range(0, len(rows), CHUNK):
+        states += _simulated_chunk(graph, cluster, rows[lo : lo + CHUNK])
+    return states
+
+
+def _simulated_chunk(graph: Graph, cluster: Cluster, rows: np.ndarray) -> list[State]:
     results = simulate(graph, cluster, rows)
     keys = rank_keys(results.makespan, results.peak_memory, cluster)
     states = []
