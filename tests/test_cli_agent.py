@@ -32,8 +32,8 @@ PLACE_SINGLE = ["place", "example:diamond", "--method", "single", "--devices", "
 PLACE_POLICY = ["place", "example:diamond", "--checkpoint", "{run}"]  # {run}: the trained run
 TRAIN_DIAMOND = ["train", "--graphs", "example:diamond", "--devices", "2", "--workdir", "{tmp}/w"]
 POLICY_ONLY = (  # the error for a policy option given with --method
-    "--start, --samples, --temperature, --passes, --group-target, --polish, "
-    "--polish-groups and --squeeze place"
+    "--start, --samples, --temperature, --passes, --group-target, --polish and "
+    "--polish-groups place"
 )
 
 
@@ -252,6 +252,33 @@ def test_place_squeezes_only_a_placement_that_overflows(run_dir, capsys, tmp_pat
     assert left["squeeze_steps"] == 0 and left["placement"] == fitting["placement"]
 
 
+def test_place_method_squeezes_when_it_overflows(capsys, tmp_path):
+    # The wide graph above, single device: a's output and all four b outputs are live as b4
+    # starts (25 GB on a 12 GB device); the squeeze moves work to the other device. The result
+    # is named after the method, its evaluations include the squeeze's, and it ranks before
+    # single device (scored by the reference simulator); a placement that fits is left alone.
+    wide = tmp_path / "wide.json"
+    edges = [(0, i) for i in range(1, 5)] + [(i, 5) for i in range(1, 5)]
+    graph = pj.Graph.from_edges([10.0] * 6, [5e9] * 5 + [0.0], edges)
+    pj.save_graph(graph, wide)
+    argv = ["place", str(wide), "--method", "single", "--devices", "2", "--json"]
+    assert main([*argv, "--squeeze"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["method"] == "single+squeeze" and doc["evaluations"] > 1
+    cluster = pj.Cluster.preset("placeto-k80", 2)
+    alone, squeezed = (
+        pj.simulate_reference(graph, cluster, np.array(p)) for p in ([0] * 6, doc["placement"])
+    )
+    assert alone.peak_memory[0] == 25e9
+    before, after = (
+        rank_keys(np.atleast_1d(r.makespan), np.atleast_2d(r.peak_memory), cluster)[0]
+        for r in (alone, squeezed)
+    )
+    assert after < before
+    assert main([*PLACE_SINGLE, "--json", "--squeeze"]) == 0
+    assert json.loads(capsys.readouterr().out)["method"] == "single"
+
+
 def test_place_polishes_groups_before_ops(run_dir, capsys):
     # At most 4 groups of the 24 ops: two passes over the groups (one simulation each, and the
     # initial one), then two over the ops; the counts add up.
@@ -346,7 +373,6 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             "--polish-groups must be >= 0, got -1",
         ),
         ([*PLACE_SINGLE, "--polish-groups", "1"], POLICY_ONLY),
-        ([*PLACE_SINGLE, "--squeeze"], POLICY_ONLY),
         (
             [*PLACE_POLICY, "--polish-block", "0"],
             "--polish-block must be >= 1, got 0",

@@ -40,7 +40,8 @@ from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.placements import save_placement
 from placeto_jax.graphs.registry import resolve_graph
-from placeto_jax.placers import METHODS, PlacerResult, best_heuristic, run_method
+from placeto_jax.placers import METHODS, PlacerResult, best_heuristic, run_method, scored
+from placeto_jax.placers.base import Solution
 from placeto_jax.placers.squeeze import squeeze
 from placeto_jax.reproduce.starts import STARTS, check_start, started
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
@@ -244,7 +245,8 @@ def add_improve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--squeeze",
         action="store_true",
-        help="last, where a placement overflows a device's memory: chains of up to 3 moves "
+        help="last, where a placement (the policy's, or --method's) overflows a device's "
+        "memory: chains of up to 3 moves "
         "aimed at the tensors live at the fullest device's peak, kept when the overflow (then "
         "the step time) drops (at most 4,096 simulations per graph; docs/agent.md, "
         "'The memory squeeze')",
@@ -489,6 +491,16 @@ def squeeze_placements(
     return out
 
 
+def squeezed_method(graph: Graph, cluster: Cluster, result: PlacerResult) -> PlacerResult:
+    """A method's placement that overflows, improved by the memory squeeze: named
+    "METHOD+squeeze", its evaluations and wall time added to the method's."""
+    began = time.perf_counter()
+    found = squeeze(graph, cluster, result.placement)
+    solution = Solution(found.placement, result.evaluations + found.evaluations)
+    wall_s = result.wall_s + time.perf_counter() - began
+    return scored(f"{result.method}+squeeze", graph, cluster, solution, wall_s)
+
+
 def group_targets(text: str | None) -> tuple[int | None, ...]:
     """`--group-target`'s node counts, in order ((None,): the run's own); ValueError naming
     a count that is not an integer >= 0."""
@@ -539,16 +551,17 @@ def _place_method(args: argparse.Namespace) -> int:
     policy_options = (
         args.start, args.samples, args.passes, args.temperature != 1, args.polish,
         args.polish_block != 1, args.group_target, args.polish_groups, args.polish_ranked,
-        args.squeeze,
     )  # fmt: skip
     if any(x not in (None, 0, False) for x in policy_options):
         raise ValueError(
-            "--start, --samples, --temperature, --passes, --group-target, --polish, "
-            "--polish-groups and --squeeze place with a policy (--checkpoint)"
+            "--start, --samples, --temperature, --passes, --group-target, --polish and "
+            "--polish-groups place with a policy (--checkpoint)"
         )
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
     result = run_method(args.method, graph, cluster, jax.random.key(args.seed), args.budget)
+    if args.squeeze and not result.fits_memory:
+        result = squeezed_method(graph, cluster, result)
     _write_placement(args.output, graph, result.placement, cluster)
     if args.json:
         print(json.dumps(method_json(args.graph, result, cluster)))
