@@ -16,7 +16,10 @@ adds a second stage on G groups (`refined`), charged the same way; `--polish P` 
 policy-guided search on the op graph (`polished`: P visits of every op, one proposal each, a
 move kept only if it helps; one evaluation per step; `--polish all`: D - 1 passes, and with
 `--proposer ranked` pass p proposes each op's p-th most likely other device), with the same
-search from uniformly random proposals as its ablation (reported, not charged); `--squeeze`
+search from uniformly random proposals as its ablation (reported, not charged);
+`--then-random P`: P passes of random proposals after the op-level search (and after the second
+start's), charged, since the policy's ranked proposals can settle in a basin that random ones
+leave (docs/agent.md, "The memory squeeze"); `--squeeze`
 last, where Placeto's placement overflows a device's memory, the memory squeeze
 (`placers.squeeze`, charged its simulations; column "squeeze": the overflow before and after).
 Local search (from single device) and the cross-entropy method then get that many.
@@ -189,8 +192,9 @@ def polished(
 
 
 def second_start(
-    case: Case, config, fastest: PlacerResult, params, passes: int, proposer: str
-) -> tuple[Placement, int]:
+    case: Case, config, fastest: PlacerResult, params, passes: int, proposer: str,
+    then_random: int = 0,
+) -> tuple[Placement, int]:  # fmt: skip
     """(placement, evaluations) of the op-level search (`polished`) from the placement of the
     fastest heuristic other than the start, memory aside: where it overflows, relief can fit a
     fast placement that the start is far from; where it fits, it is a second basin. Evaluations:
@@ -198,6 +202,9 @@ def second_start(
     pg = PlacementGraph(case.label, case.graph)
     first = rank_visited(pg, case.cluster, fastest.placement[None], fastest.method)
     placed, spent = polished(case, config, first, params, passes, proposer)
+    if then_random:
+        placed, more = polished(case, config, placed, params, then_random, "random")
+        spent += more
     return placed, first.evaluations + spent
 
 
@@ -212,6 +219,7 @@ def placeto_runs(
     proposer: str = "policy",
     from_fastest: bool = False,
     squeeze: bool = False,
+    then_random: int = 0,
 ) -> list[dict]:
     """Improve-mode Placeto trained on each case from its best heuristic's placement; one
     `PlacetoBench` (one compile) per cluster; `proposer` proposes the op-level search's moves
@@ -257,7 +265,8 @@ def placeto_runs(
             extra = {}
             if polish or polish_groups:
                 op_passes = max(cluster.n_devices - 1, 1) if polish == ALL_DEVICES else polish
-                stages = [(polish_groups, graphs[i], "policy"), (op_passes, None, proposer)]
+                stages = [(polish_groups, graphs[i], "policy"), (op_passes, None, proposer),
+                          (then_random, None, "random")]  # fmt: skip
                 ablation = searched = placed
                 more = 0
                 for count, on, how in (stage for stage in stages if stage[0]):
@@ -274,7 +283,7 @@ def placeto_runs(
                 fastest = min(others, key=lambda r: r.makespan) if others else None
                 if from_fastest and op_passes and fastest is not None:
                     other, spent = second_start(case, config, fastest, fit.params, op_passes,
-                                                proposer)  # fmt: skip
+                                                proposer, then_random)  # fmt: skip
                     extra["second_start"] = f"{fastest.method} {other.makespan / MS:.4g}"
                     placed = min((placed, other), key=bench.score)
                     evaluations += spent
@@ -404,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-fastest", action="store_true",
                         help="with --polish: the op-level search also from the fastest "
                         "other heuristic, memory aside")  # fmt: skip
+    parser.add_argument("--then-random", type=int, default=0, metavar="PASSES",
+                        help="with --polish: that many passes of random proposals after the "
+                        "op-level search (and after the second start's), charged")  # fmt: skip
     parser.add_argument("--squeeze", action="store_true",
                         help="last, where Placeto's placement overflows: the memory squeeze "
                         "(`placers.squeeze`), charged")  # fmt: skip
@@ -425,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--polish-groups searches the first stage's groups: not with --refine")
     if args.graphs is not None and args.only is not None:
         parser.error("--graphs replaces the scope: not with --only")
+    if args.then_random < 0:
+        parser.error(f"--then-random must be >= 0, got {args.then_random}")
+    if args.then_random and not args.polish:
+        parser.error("--then-random follows the op-level search (--polish)")
     if args.from_fastest and not args.polish:
         parser.error("--from-fastest runs the op-level search (--polish) from a second start")
     if args.devices < 1:
@@ -443,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     with tqdm(total=len(cases), desc="placeto", unit="graph") as bar:
         rows = placeto_runs(cases, args.set, key, bar, args.refine, args.polish, args.polish_groups,
-                            args.proposer, args.from_fastest, args.squeeze)  # fmt: skip
+                            args.proposer, args.from_fastest, args.squeeze,
+                            args.then_random)  # fmt: skip
     for row in tqdm(rows, desc="searches", unit="graph"):
         add_searches(row, key)
     for row in rows:

@@ -140,3 +140,14 @@ def test_the_squeeze_column_shows_only_where_it_ran():
     over["squeeze"] = "0.2009 -> 0.2003"
     lines = module.report([fits, over]).splitlines()
     assert "squeeze" in lines[0] and "0.2009 -> 0.2003" in lines[2] and " - " in lines[1]
+
+
+def test_random_passes_follow_the_op_level_search(capsys):
+    for argv, message in (
+        (["--then-random", "3"], "--then-random follows the op-level search (--polish)"),
+        (["--polish", "all", "--then-random", "-1"], "--then-random must be >= 0, got -1"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            _module().main(argv)
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err
