@@ -19,7 +19,7 @@ move kept only if it helps; one evaluation per step; `--polish all`: D - 1 passe
 search from uniformly random proposals as its ablation (reported, not charged);
 `--then-random P`: P passes of random proposals after the op-level search (and after the second
 start's), charged, since the policy's ranked proposals can settle in a basin that random ones
-leave (docs/agent.md, "The memory squeeze"); `--squeeze`
+leave (docs/agent.md, "The memory squeeze", random passes); `--squeeze`
 last, where Placeto's placement overflows a device's memory, the memory squeeze
 (`placers.squeeze`, charged its simulations; column "squeeze": the overflow before and after).
 Local search (from single device) and the cross-entropy method then get that many.
