@@ -56,8 +56,6 @@ from placeto_jax.rl.evaluate import (
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.rl.train import make_train
-from placeto_jax.sim.api import simulate
-from placeto_jax.sim.ranking import memory_overflow
 
 CHECKPOINT_CLUSTER = "the checkpoint's"
 
@@ -474,16 +472,15 @@ def squeeze_placements(
             continue
         op_graph = pg.op_graph or pg.graph
         found = squeeze(op_graph, cluster, p.placement)
-        run = simulate(op_graph, cluster, found.placement)  # the squeeze's best, counted there
-        overflow = float(memory_overflow(run.peak_memory[None], cluster)[0])
+        best = scored("squeeze", op_graph, cluster, found, 0.0)  # its simulations counted there
         out.append(
             dataclasses.replace(
                 p,
-                placement=found.placement,
-                makespan=float(run.makespan),
-                peak_memory=np.asarray(run.peak_memory),
-                fits_memory=overflow == 0,
-                overflow=overflow,
+                placement=best.placement,
+                makespan=best.makespan,
+                peak_memory=best.peak_memory,
+                fits_memory=best.fits_memory,
+                overflow=best.overflow,
                 evaluations=p.evaluations + found.evaluations,
                 squeeze_steps=p.squeeze_steps + found.evaluations,
             )

@@ -38,12 +38,11 @@ CHUNK = 256  # placements simulated per call
 
 @dataclasses.dataclass(frozen=True)
 class State:
-    """A simulated placement, its `rank_key` and its fullest device's peak (None: it fits)."""
+    """A simulated placement and its `rank_key` (first field true: it overflows)."""
 
     placement: np.ndarray  # [N] int64
     result: SimResult
     key: tuple[bool, float]
-    peak: Peak | None
 
 
 def squeeze(
@@ -58,7 +57,7 @@ def squeeze(
     leader = colocate(graph, np.arange(graph.n_ops))
     (current,) = _simulated(graph, cluster, colocate(graph, np.asarray(placement))[None])
     used = 1
-    while current.peak is not None and used < budget:
+    while current.key[0] and used < budget:
         best, spent = _best_chain(graph, cluster, current, leader, budget - used)
         used += spent
         if not best.key < current.key:
@@ -72,12 +71,13 @@ def _best_chain(
 ) -> tuple[State, int]:
     """(the best placement of one round's chains from `start`, evaluations spent)."""
     best, used = start, 0
-    base = set(start.peak.tensors.tolist())
-    frontier = [(start, start.peak.tensors)]  # states to extend, tensors to relieve there
+    start_peak = _fullest_peak(graph, cluster, start)
+    base = set(start_peak.tensors.tolist())
+    frontier = [(start, start_peak, start_peak.tensors)]  # states, their peaks, tensors to relieve
     for depth in range(DEPTH):
         grown: list[State] = []
-        for state, tensors in frontier:
-            moves = _moves(graph, state, tensors, leader, with_parameters=depth == 0)
+        for state, at_peak, tensors in frontier:
+            moves = _moves(graph, state, at_peak, tensors, leader, with_parameters=depth == 0)
             moves = moves[: budget - used]
             if not moves:
                 continue
@@ -90,15 +90,16 @@ def _best_chain(
             break
         grown.sort(key=lambda s: s.key)
         best = min(best, grown[0], key=lambda s: s.key)
-        if best.peak is None:
+        if not best.key[0]:
             break  # it fits: the chains' work is done
         frontier = []
-        for state in grown:
-            if state.peak is None or state.peak.device != start.peak.device:
+        for state in grown:  # best first; peaks found only for the states looked at
+            at_peak = _fullest_peak(graph, cluster, state)
+            if at_peak.device != start_peak.device:
                 continue
-            added = np.array([t for t in state.peak.tensors.tolist() if t not in base], np.int64)
+            added = np.array([t for t in at_peak.tensors.tolist() if t not in base], np.int64)
             if added.size:
-                frontier.append((state, added))
+                frontier.append((state, at_peak, added))
             if len(frontier) == BEAM:
                 break
         if not frontier:
@@ -107,14 +108,19 @@ def _best_chain(
 
 
 def _moves(
-    graph: Graph, state: State, tensors: np.ndarray, leader: np.ndarray, with_parameters: bool
+    graph: Graph,
+    state: State,
+    at_peak: Peak,
+    tensors: np.ndarray,
+    leader: np.ndarray,
+    with_parameters: bool,
 ) -> list[tuple[int, int]]:
-    """Distinct (op, device) moves that could take `tensors` off the peak of `state`'s fullest
-    device d: each tensor's producer off d, or onto d where it is a received copy; its consumers
-    on d that start at or after the peak, off d; with `with_parameters`, every op on d with
-    parameters, off d. An op stands for its co-location group (its `leader`)."""
+    """Distinct (op, device) moves that could take `tensors` off `at_peak`, the peak of
+    `state`'s fullest device d: each tensor's producer off d, or onto d where it is a received
+    copy; its consumers on d that start at or after the peak, off d; with `with_parameters`,
+    every op on d with parameters, off d. An op stands for its co-location group (`leader`)."""
     place, start = state.placement, state.result.start
-    d, instant = state.peak.device, state.peak.instant
+    d, instant = at_peak.device, at_peak.instant
     others = [o for o in range(len(state.result.peak_memory)) if o != d]
     to_move_off: set[int] = set()
     moves: set[tuple[int, int]] = set()
@@ -134,23 +140,22 @@ def _moves(
 
 def _simulated(graph: Graph, cluster: Cluster, rows: np.ndarray) -> list[State]:
     """Each placement of rows [B, N] simulated (`CHUNK` at a time: a result holds [B, N, D]
-    transfer times), ranked and its fullest overflowing device's peak found."""
+    transfer times) and ranked."""
     states = []
     for lo in range(0, len(rows), CHUNK):
-        states += _simulated_chunk(graph, cluster, rows[lo : lo + CHUNK])
+        chunk = rows[lo : lo + CHUNK]
+        results = simulate(graph, cluster, chunk)
+        keys = rank_keys(results.makespan, results.peak_memory, cluster)
+        states += [
+            State(row, results[b], key)
+            for b, (row, key) in enumerate(zip(chunk, keys, strict=True))
+        ]
     return states
 
 
-def _simulated_chunk(graph: Graph, cluster: Cluster, rows: np.ndarray) -> list[State]:
-    results = simulate(graph, cluster, rows)
-    keys = rank_keys(results.makespan, results.peak_memory, cluster)
-    states = []
-    for b, (row, key) in enumerate(zip(rows, keys, strict=True)):
-        result = results[b]
-        over = np.asarray(result.peak_memory, np.float64) - cluster.memory_array
-        device = int(np.argmax(over / cluster.memory_array))
-        fullest = None
-        if over[device] > 0:
-            fullest = peak(graph, allocations(graph, row, result), device)
-        states.append(State(row, result, key, fullest))
-    return states
+def _fullest_peak(graph: Graph, cluster: Cluster, state: State) -> Peak:
+    """The peak of the device of `state` (one that overflows) that overflows most, relative
+    to its memory."""
+    over = np.asarray(state.result.peak_memory, np.float64) - cluster.memory_array
+    device = int(np.argmax(over / cluster.memory_array))
+    return peak(graph, allocations(graph, state.placement, state.result), device)
