@@ -49,6 +49,7 @@ from placeto_jax.rl.evaluate import (
     Placement,
     best_of_groupings,
     found_placements,
+    improved,
     kept_groupings,
     place_graphs,
     polish_placements,
@@ -473,18 +474,7 @@ def squeeze_placements(
         op_graph = pg.op_graph or pg.graph
         found = squeeze(op_graph, cluster, p.placement)
         best = scored("squeeze", op_graph, cluster, found, 0.0)  # its simulations counted there
-        out.append(
-            dataclasses.replace(
-                p,
-                placement=best.placement,
-                makespan=best.makespan,
-                peak_memory=best.peak_memory,
-                fits_memory=best.fits_memory,
-                overflow=best.overflow,
-                evaluations=p.evaluations + found.evaluations,
-                squeeze_steps=p.squeeze_steps + found.evaluations,
-            )
-        )
+        out.append(improved(p, best, found.evaluations, squeeze_steps=found.evaluations))
     return out
 
 

@@ -203,18 +203,25 @@ def polish_placements(
     else:
         polished = polish_in_blocks(run, params, started, cluster, block, proposer, progress)
     return [
-        dataclasses.replace(
-            p,
-            placement=q.placement,
-            makespan=q.makespan,
-            peak_memory=q.peak_memory,
-            fits_memory=q.fits_memory,
-            overflow=q.overflow,
-            evaluations=p.evaluations + q.evaluations,
-            polish_steps=p.polish_steps + q.polish_steps,
-        )
+        improved(p, q, q.evaluations, polish_steps=q.polish_steps)
         for p, q in zip(placed, polished, strict=True)
     ]
+
+
+def improved(p: Placement, q: Any, spent: int, **steps: int) -> Placement:
+    """`p` moved to the placement of `q` (a `Placement` or `PlacerResult` of the same op
+    graph) with its outcome (makespan, peak memory, fit, overflow); `spent` evaluations and
+    each step counter of `steps` (a `Placement` field: the count to add) added to `p`'s."""
+    return dataclasses.replace(
+        p,
+        placement=q.placement,
+        makespan=q.makespan,
+        peak_memory=q.peak_memory,
+        fits_memory=q.fits_memory,
+        overflow=q.overflow,
+        evaluations=p.evaluations + spent,
+        **{name: getattr(p, name) + count for name, count in steps.items()},
+    )
 
 
 def polish_buckets(config: Config, graphs: list[PlacementGraph]) -> tuple[int, ...]:
