@@ -18,6 +18,7 @@ import numpy as np
 from placeto_jax import precision
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
+from placeto_jax.sim import native
 from placeto_jax.sim.core import SimCluster, SimGraph, SimOutput, simulate_lanes
 from placeto_jax.sim.padded import PaddedGraph, bucket, fine_bucket, pad_graph
 from placeto_jax.sim.result import SimResult
@@ -83,12 +84,16 @@ def simulate_batch(
     broadcast: bool = True,
     loop: str = "auto",
 ) -> SimOutput:
-    """Simulate placements [B, Np] int32: a scan over chunks of `chunk_size` lanes, each chunk
-    one loop (a last, smaller chunk takes the rest): "scan" (`simulate_lanes`) or "wide"
-    (`simulate_lanes_wide`), the same outputs bit for bit; "auto" takes the wide loop for a
-    graph of at least `WIDE_SLOTS` chain slots."""
-    if loop not in ("auto", "scan", "wide"):
-        raise ValueError(f"loop must be 'auto', 'scan' or 'wide', not {loop!r}")
+    """Simulate placements [B, Np] int32, the same outputs bit for bit whichever `loop` runs:
+    "native" (the C++ kernel, `sim/native.py`: one call for the batch), or a scan over chunks of
+    `chunk_size` lanes, each chunk one JAX loop (a last, smaller chunk takes the rest): "scan"
+    (`simulate_lanes`) or "wide" (`simulate_lanes_wide`). "auto" takes the native kernel where
+    it runs (`native.in_use`), else the wide loop for a graph of at least `WIDE_SLOTS` chain
+    slots, else the scan loop."""
+    if loop not in ("auto", "native", "scan", "wide"):
+        raise ValueError(f"loop must be 'auto', 'native', 'scan' or 'wide', not {loop!r}")
+    if loop == "native" or (loop == "auto" and native.in_use()):
+        return SimOutput(*native.simulate_rows(graph, cluster, placements, broadcast))
     n_rows, n_pad = placements.shape
     lanes = max(1, min(chunk_size(), n_rows, _MAX_FLAT // n_pad))
     n_full = n_rows // lanes * lanes

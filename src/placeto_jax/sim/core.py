@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from placeto_jax.sim import native
 from placeto_jax.sim.padded import PaddedGraph
 
 
@@ -156,8 +157,13 @@ def _pick(values: jax.Array, index: jax.Array, fill) -> jax.Array:
 def simulate_padded(
     graph: SimGraph, cluster: SimCluster, placement: jax.Array, broadcast: bool = True
 ) -> SimOutput:
-    """Simulate one placement ([Np] int32 device per op; padding entries are ignored)."""
-    return jax.tree.map(lambda x: x[0], simulate_lanes(graph, cluster, placement[None], broadcast))
+    """Simulate one placement ([Np] int32 device per op; padding entries are ignored): the native
+    kernel where it runs (`native.in_use`), else one lane of the JAX loop."""
+    if native.in_use():
+        out = SimOutput(*native.simulate_rows(graph, cluster, placement[None], broadcast))
+    else:
+        out = simulate_lanes(graph, cluster, placement[None], broadcast)
+    return jax.tree.map(lambda x: x[0], out)
 
 
 def op_duration(

@@ -1,0 +1,449 @@
+// The placement simulator as an XLA FFI kernel for the CPU (`sim/native.py` registers it).
+//
+// The same discrete-event algorithm as the Python reference (`sim/reference.py`), statement for
+// statement: an event heap processed instant by instant in rounds; each idle device starts its
+// ready op smallest by (ready time, index), each free bus its first queued transfer once that op
+// has ended; all events of one instant are applied before anyone chooses again. Every float
+// operation is the reference's, in the same order (built with -ffp-contract=off), so float64
+// outputs are bit-equal to the reference. Cost per placement: O((N + E) log N).
+//
+// Buffers (the graph and cluster are those of `SimGraph` / `SimCluster`, padded to Np ops):
+//   n_ops [G] s32, cost / out_bytes / param_bytes / inner_kernels [G, Np] F, n_parents [G, Np]
+//   s32, children [G, Np, K] s32 (Np where absent), speed / bandwidth [G, D] F, delta1 / delta2
+//   [G] F, placements [G, R, Np] s32;
+//   results makespan [G, R], start / end [G, R, Np], peak_memory [G, R, D], transfer_start /
+//   arrival [G, R, Np, D] (-inf where no transfer); G = 1 or the product of vmapped axes (an
+//   input with a single group serves them all).
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <queue>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int32_t kEveryRemote = -1;  // a transfer serving all the op's remote devices
+
+// An event is (time µs, kind * n_dev + device): per device at most one completion is pending
+// (it runs one op at a time, `running`), one arrival (its bus sends one transfer at a time,
+// `sending`), and one wake-up each for the device and the bus after their gaps (delta1, delta2).
+// Within one round (the events of one instant pending when the round begins) the order of
+// applying events does not matter: each changes only its own device's or bus's state, parent
+// counts, and ready sets ordered by (ready time, op). So events need no sequence numbers.
+enum Kind : int32_t { kComplete = 0, kArrive = 1, kWake = 2 };
+
+// One group's graph and cluster: pointers into the call's buffers.
+template <typename T>
+struct GraphView {
+  int32_t n, n_pad, n_dev;
+  const T* cost;
+  const T* out_bytes;
+  const T* param_bytes;
+  const T* inner;
+  const int32_t* n_parents;
+  const int32_t* kid_begin;  // [n + 1] v's consumers are kids[kid_begin[v]:kid_begin[v + 1]]
+  const int32_t* kids;       // consumers of real ops, compacted from the padded [n_pad, K] rows
+  const T* speed;
+  const T* bandwidth;
+  T delta1, delta2;
+};
+
+// One placement's outputs.
+template <typename T>
+struct RowOut {
+  T* makespan;
+  T* start;     // [n_pad]
+  T* end;       // [n_pad]
+  T* peak;      // [n_dev]
+  T* xfer;      // [n_pad, n_dev]
+  T* arrival;   // [n_pad, n_dev]
+};
+
+using ReadyKey = std::pair<double, int32_t>;  // (ready time, op): exact for float and double
+
+// Scratch reused across the placements of one call.
+template <typename T>
+struct Work {
+  std::vector<T> duration, ready_time, device_free_at, bus_free_at;
+  std::vector<int32_t> missing, running, bus_head, seen, kid_begin, kids;
+  std::vector<int32_t> remote, n_remote;  // [n_pad, n_dev], [n_pad]: FindRemoteDevices
+  // Instants (distinct event times, counted in time order) of each op's start and end and of
+  // each (op, device) arrival: peak memory sums byte changes per instant instead of sorting.
+  std::vector<int32_t> start_at, end_at, arrive_at, use_at;
+  int32_t n_instants = 0;
+  std::vector<T> live;  // [n_dev, n_instants] bytes allocated minus freed at each instant
+  std::vector<char> ended, bus_busy;
+  std::vector<std::priority_queue<ReadyKey, std::vector<ReadyKey>, std::greater<ReadyKey>>> ready;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> bus_queue;  // (op, destination)
+  std::priority_queue<std::pair<T, int32_t>, std::vector<std::pair<T, int32_t>>,
+                      std::greater<std::pair<T, int32_t>>>
+      events;
+  std::vector<std::pair<int32_t, int32_t>> sending;    // [n_dev] (op, destination) on each bus
+};
+
+template <typename T>
+int32_t Device(const GraphView<T>& g, const int32_t* place, int32_t v) {
+  return std::min(std::max(place[v], 0), g.n_dev - 1);  // padding ops may hold anything
+}
+
+// Remote devices of v's consumers, ascending, into v's row of w.remote; their count into
+// w.n_remote[v]. Computed when v completes, read when its transfers start and arrive.
+template <typename T>
+void FindRemoteDevices(const GraphView<T>& g, const int32_t* place, int32_t v, Work<T>& w) {
+  std::fill(w.seen.begin(), w.seen.end(), 0);
+  const int32_t home = place[v];
+  for (int32_t j = g.kid_begin[v]; j < g.kid_begin[v + 1]; ++j) {
+    if (place[g.kids[j]] != home) w.seen[place[g.kids[j]]] = 1;
+  }
+  int32_t* remote = w.remote.data() + int64_t(v) * g.n_dev;
+  int32_t count = 0;
+  for (int32_t d = 0; d < g.n_dev; ++d) {
+    if (w.seen[d]) remote[count++] = d;
+  }
+  w.n_remote[v] = count;
+}
+
+// The schedule of one placement (reference.py `_simulate_one`); false if ops never start.
+template <typename T>
+bool Schedule(const GraphView<T>& g, const int32_t* place, bool broadcast, Work<T>& w,
+              const RowOut<T>& out) {
+  const int32_t n = g.n, n_dev = g.n_dev;
+  for (int32_t v = 0; v < g.n_pad; ++v) {
+    w.duration[v] = g.cost[v] / g.speed[Device(g, place, v)] + g.inner[v] * g.delta1;
+    out.start[v] = T(0);
+  }
+  std::fill(out.xfer, out.xfer + int64_t(g.n_pad) * n_dev, -std::numeric_limits<T>::infinity());
+  std::fill(out.arrival, out.arrival + int64_t(g.n_pad) * n_dev,
+            -std::numeric_limits<T>::infinity());
+  for (int32_t d = 0; d < n_dev; ++d) {
+    w.ready[d] = {};
+    w.bus_queue[d].clear();
+  }
+  w.events = {};
+  std::fill(w.running.begin(), w.running.end(), -1);
+  std::fill(w.device_free_at.begin(), w.device_free_at.end(), T(0));
+  std::fill(w.bus_free_at.begin(), w.bus_free_at.end(), T(0));
+  std::fill(w.bus_busy.begin(), w.bus_busy.end(), 0);
+  std::fill(w.bus_head.begin(), w.bus_head.end(), 0);
+  for (int32_t v = 0; v < n; ++v) {
+    w.missing[v] = g.n_parents[v];
+    w.ready_time[v] = T(0);
+    w.ended[v] = 0;
+    if (g.n_parents[v] == 0) w.ready[place[v]].push({0.0, v});
+  }
+  auto data_available = [&](int32_t c, T time) {
+    if (--w.missing[c] == 0) {
+      w.ready_time[c] = time;
+      w.ready[place[c]].push({double(time), c});
+    }
+  };
+
+  T now = T(0);
+  int32_t instant = 0;
+  int32_t n_started = 0;
+  while (true) {
+    // Choose: every idle device starts its ready op with the smallest (ready time, index).
+    for (int32_t d = 0; d < n_dev; ++d) {
+      if (w.running[d] < 0 && w.device_free_at[d] <= now && !w.ready[d].empty()) {
+        const int32_t v = w.ready[d].top().second;
+        w.ready[d].pop();
+        w.running[d] = v;
+        out.start[v] = now;
+        w.start_at[v] = instant;
+        out.end[v] = now + w.duration[v];
+        ++n_started;
+        w.events.push({out.end[v], kComplete * n_dev + d});
+      }
+    }
+    // Choose: every free bus starts its first queued transfer once that op has ended.
+    for (int32_t d = 0; d < n_dev; ++d) {
+      auto& queue = w.bus_queue[d];
+      if (!w.bus_busy[d] && w.bus_free_at[d] <= now && w.bus_head[d] < int32_t(queue.size())) {
+        const auto [v, dest] = queue[w.bus_head[d]];
+        if (w.ended[v]) {
+          ++w.bus_head[d];
+          w.bus_busy[d] = 1;
+          const T done = now + g.out_bytes[v] / g.bandwidth[d];
+          if (dest == kEveryRemote) {
+            const int32_t* remote = w.remote.data() + int64_t(v) * n_dev;
+            for (int32_t i = 0; i < w.n_remote[v]; ++i) {
+              out.xfer[int64_t(v) * n_dev + remote[i]] = now;
+              out.arrival[int64_t(v) * n_dev + remote[i]] = done;
+            }
+          } else {
+            out.xfer[int64_t(v) * n_dev + dest] = now;
+            out.arrival[int64_t(v) * n_dev + dest] = done;
+          }
+          w.events.push({done, kArrive * n_dev + d});
+          w.sending[d] = {v, dest};
+        }
+      }
+    }
+    // Apply every event of the next instant (which may be this one: a later round).
+    if (w.events.empty()) break;
+    if (w.events.top().first != now) ++instant;
+    now = w.events.top().first;
+    while (!w.events.empty() && w.events.top().first == now) {
+      const int32_t kind = w.events.top().second / n_dev, d = w.events.top().second % n_dev;
+      w.events.pop();
+      if (kind == kComplete) {
+        const int32_t v = w.running[d];
+        w.ended[v] = 1;
+        w.end_at[v] = instant;
+        w.running[d] = -1;
+        w.device_free_at[d] = w.duration[v] > T(0) ? out.end[v] + g.delta1 : out.end[v];
+        if (w.device_free_at[d] > now) w.events.push({w.device_free_at[d], kWake * n_dev + d});
+        for (int32_t j = g.kid_begin[v]; j < g.kid_begin[v + 1]; ++j) {
+          if (place[g.kids[j]] == d) data_available(g.kids[j], now);
+        }
+        FindRemoteDevices(g, place, v, w);
+        const int32_t* remote = w.remote.data() + int64_t(v) * n_dev;
+        if (w.n_remote[v] > 0 && broadcast) {
+          w.bus_queue[d].push_back({v, kEveryRemote});
+        } else {
+          for (int32_t i = 0; i < w.n_remote[v]; ++i) w.bus_queue[d].push_back({v, remote[i]});
+        }
+      } else if (kind == kArrive) {
+        const auto [v, dest] = w.sending[d];
+        w.bus_busy[d] = 0;
+        w.bus_free_at[d] = now + g.delta2;
+        if (w.bus_free_at[d] > now) w.events.push({w.bus_free_at[d], kWake * n_dev + d});
+        if (dest == kEveryRemote) {
+          const int32_t* remote = w.remote.data() + int64_t(v) * n_dev;
+          for (int32_t i = 0; i < w.n_remote[v]; ++i) {
+            w.arrive_at[int64_t(v) * n_dev + remote[i]] = instant;
+          }
+        } else {
+          w.arrive_at[int64_t(v) * n_dev + dest] = instant;
+        }
+        for (int32_t j = g.kid_begin[v]; j < g.kid_begin[v + 1]; ++j) {
+          const int32_t c = g.kids[j];
+          const bool served = dest == kEveryRemote ? place[c] != d : place[c] == dest;
+          if (served) data_available(c, now);
+        }
+      }
+    }
+  }
+  for (int32_t v = n; v < g.n_pad; ++v) out.end[v] = out.start[v] + w.duration[v];
+  T makespan = out.end[0];
+  for (int32_t v = 1; v < g.n_pad; ++v) makespan = std::max(makespan, out.end[v]);
+  *out.makespan = makespan;
+  w.n_instants = instant + 1;
+  return n_started == n;
+}
+
+// Peak memory per device (reference.py `_peak_memory`): each device's live bytes swept in time
+// order, plus the parameters of its ops. The reference sorts allocations and frees by time,
+// frees first at one instant, and takes the largest running sum; that largest sum is the one
+// after all of an instant's changes (frees only lower it, allocations only raise it), so summing
+// the changes per instant and sweeping the instants in order gives the same peak (byte counts
+// add exactly), in O(N D + E) instead of a sort.
+template <typename T>
+void PeakMemory(const GraphView<T>& g, const int32_t* place, Work<T>& w, const RowOut<T>& out) {
+  const int32_t n_dev = g.n_dev, n_at = w.n_instants;
+  w.live.assign(int64_t(n_dev) * n_at, T(0));
+  T* live = w.live.data();
+  for (int32_t v = 0; v < g.n; ++v) {
+    const T size = g.out_bytes[v];
+    if (size == T(0)) continue;  // adds nothing to any live sum
+    const int32_t home = place[v];
+    std::fill(w.use_at.begin(), w.use_at.end(), -1);  // last use per device, -1: none
+    w.use_at[home] = w.end_at[v];
+    for (int32_t j = g.kid_begin[v]; j < g.kid_begin[v + 1]; ++j) {
+      const int32_t c = g.kids[j];
+      w.use_at[place[c]] = std::max(w.use_at[place[c]], w.end_at[c]);
+    }
+    const T* arrival = out.arrival + int64_t(v) * n_dev;
+    const int32_t* arrive_at = w.arrive_at.data() + int64_t(v) * n_dev;
+    int32_t home_free = w.use_at[home];
+    for (int32_t d = 0; d < n_dev; ++d) {
+      if (arrival[d] != -std::numeric_limits<T>::infinity()) {
+        home_free = std::max(home_free, arrive_at[d]);
+      }
+    }
+    live[int64_t(home) * n_at + w.start_at[v]] += size;
+    live[int64_t(home) * n_at + home_free] -= size;
+    for (int32_t d = 0; d < n_dev; ++d) {
+      if (d != home && w.use_at[d] >= 0) {
+        live[int64_t(d) * n_at + arrive_at[d]] += size;
+        live[int64_t(d) * n_at + w.use_at[d]] -= size;
+      }
+    }
+  }
+  for (int32_t d = 0; d < n_dev; ++d) {
+    T sum = T(0), peak = T(0);
+    for (int32_t i = 0; i < n_at; ++i) {
+      sum += live[int64_t(d) * n_at + i];
+      peak = std::max(peak, sum);
+    }
+    out.peak[d] = peak;
+  }
+  std::vector<T>& params = w.device_free_at;  // reused: the parameter bytes per device
+  std::fill(params.begin(), params.end(), T(0));
+  for (int32_t v = 0; v < g.n_pad; ++v) params[Device(g, place, v)] += g.param_bytes[v];
+  for (int32_t d = 0; d < n_dev; ++d) out.peak[d] = out.peak[d] + params[d];
+}
+
+// The consumers of ops [0, n) from padded rows [n_pad, n_kids] (entries >= n are absent), as
+// offsets w.kid_begin [n + 1] into the list w.kids.
+template <typename T>
+void CompactChildren(const int32_t* children, int32_t n, int64_t n_kids, Work<T>& w) {
+  w.kid_begin.assign(n + 1, 0);
+  w.kids.clear();
+  for (int32_t v = 0; v < n; ++v) {
+    for (int64_t j = 0; j < n_kids; ++j) {
+      const int32_t c = children[v * n_kids + j];
+      if (c >= 0 && c < n) w.kids.push_back(c);
+    }
+    w.kid_begin[v + 1] = int32_t(w.kids.size());
+  }
+}
+
+// Stride of an input over the groups: 0 when one group serves all, else its per-group size;
+// -1 when its size matches neither.
+int64_t GroupStride(size_t count, int64_t per_group, int64_t groups) {
+  if (int64_t(count) == per_group) return 0;
+  if (int64_t(count) == per_group * groups) return per_group;
+  return -1;
+}
+
+template <ffi::DataType F>
+ffi::Error Simulate(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffer<F> out_bytes,
+                    ffi::Buffer<F> param_bytes, ffi::Buffer<F> inner,
+                    ffi::Buffer<ffi::S32> n_parents, ffi::Buffer<ffi::S32> children,
+                    ffi::Buffer<F> speed, ffi::Buffer<F> bandwidth, ffi::Buffer<F> delta1,
+                    ffi::Buffer<F> delta2, ffi::Buffer<ffi::S32> placements, bool broadcast,
+                    ffi::ResultBuffer<F> makespan, ffi::ResultBuffer<F> start,
+                    ffi::ResultBuffer<F> end, ffi::ResultBuffer<F> peak,
+                    ffi::ResultBuffer<F> xfer, ffi::ResultBuffer<F> arrival) {
+  using T = ffi::NativeType<F>;
+  const auto pdims = placements.dimensions();
+  const auto cdims = children.dimensions();
+  const auto sdims = speed.dimensions();
+  if (pdims.size() < 2 || cdims.size() < 2 || sdims.size() < 1) {
+    return ffi::Error::InvalidArgument("native simulator: placements, children or speed rank");
+  }
+  const int64_t n_pad = pdims[pdims.size() - 1], rows = pdims[pdims.size() - 2];
+  const int64_t n_kids = cdims[cdims.size() - 1], n_dev = sdims[sdims.size() - 1];
+  if (rows == 0 || n_pad == 0) return ffi::Error::Success();
+  const int64_t groups = int64_t(makespan->element_count()) / rows;
+  struct Input {
+    size_t count;
+    int64_t per_group;
+    const char* name;
+  };
+  const Input inputs[] = {{n_ops.element_count(), 1, "n_ops"},
+                          {cost.element_count(), n_pad, "cost"},
+                          {out_bytes.element_count(), n_pad, "out_bytes"},
+                          {param_bytes.element_count(), n_pad, "param_bytes"},
+                          {inner.element_count(), n_pad, "inner_kernels"},
+                          {n_parents.element_count(), n_pad, "n_parents"},
+                          {children.element_count(), n_pad * n_kids, "children"},
+                          {speed.element_count(), n_dev, "speed"},
+                          {bandwidth.element_count(), n_dev, "bandwidth"},
+                          {delta1.element_count(), 1, "delta1"},
+                          {delta2.element_count(), 1, "delta2"},
+                          {placements.element_count(), rows * n_pad, "placements"}};
+  int64_t stride[12];
+  for (int i = 0; i < 12; ++i) {
+    stride[i] = GroupStride(inputs[i].count, inputs[i].per_group, groups);
+    if (stride[i] < 0) {
+      return ffi::Error::InvalidArgument(std::string("native simulator: input ") +
+                                         inputs[i].name + " matches neither one graph nor the batch");
+    }
+  }
+  Work<T> w;
+  w.duration.resize(n_pad);
+  w.ready_time.resize(n_pad);
+  w.missing.resize(n_pad);
+  w.ended.resize(n_pad);
+  w.start_at.resize(n_pad);
+  w.end_at.resize(n_pad);
+  w.arrive_at.resize(n_pad * n_dev);
+  for (auto* v : {&w.device_free_at, &w.bus_free_at}) v->resize(n_dev);
+  for (auto* v : {&w.running, &w.bus_head, &w.seen, &w.use_at}) v->resize(n_dev);
+  w.remote.resize(n_pad * n_dev);
+  w.n_remote.resize(n_pad);
+  w.bus_busy.resize(n_dev);
+  w.ready.resize(n_dev);
+  w.bus_queue.resize(n_dev);
+  w.sending.resize(n_dev);
+  for (int64_t grp = 0; grp < groups; ++grp) {
+    const int32_t n = n_ops.typed_data()[grp * stride[0]];
+    if (n < 0 || n > n_pad) return ffi::Error::InvalidArgument("native simulator: n_ops");
+    CompactChildren(children.typed_data() + grp * stride[6], n, n_kids, w);
+    GraphView<T> g{n,
+                   int32_t(n_pad),
+                   int32_t(n_dev),
+                   cost.typed_data() + grp * stride[1],
+                   out_bytes.typed_data() + grp * stride[2],
+                   param_bytes.typed_data() + grp * stride[3],
+                   inner.typed_data() + grp * stride[4],
+                   n_parents.typed_data() + grp * stride[5],
+                   w.kid_begin.data(),
+                   w.kids.data(),
+                   speed.typed_data() + grp * stride[7],
+                   bandwidth.typed_data() + grp * stride[8],
+                   delta1.typed_data()[grp * stride[9]],
+                   delta2.typed_data()[grp * stride[10]]};
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t row = grp * rows + r;
+      const int32_t* place = placements.typed_data() + grp * stride[11] + r * n_pad;
+      for (int32_t v = 0; v < g.n; ++v) {
+        if (place[v] < 0 || place[v] >= n_dev) {
+          return ffi::Error::InvalidArgument("native simulator: op " + std::to_string(v) +
+                                             " placed on device " + std::to_string(place[v]) +
+                                             " of " + std::to_string(n_dev));
+        }
+      }
+      const RowOut<T> out{makespan->typed_data() + row,
+                          start->typed_data() + row * n_pad,
+                          end->typed_data() + row * n_pad,
+                          peak->typed_data() + row * n_dev,
+                          xfer->typed_data() + row * n_pad * n_dev,
+                          arrival->typed_data() + row * n_pad * n_dev};
+      if (!Schedule(g, place, broadcast, w, out)) {
+        return ffi::Error::InvalidArgument("native simulator: some ops never start (a cycle?)");
+      }
+      PeakMemory(g, place, w, out);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+template <ffi::DataType F>
+constexpr auto Binding() {
+  return ffi::Ffi::Bind()
+      .template Arg<ffi::Buffer<ffi::S32>>()  // n_ops
+      .template Arg<ffi::Buffer<F>>()         // cost
+      .template Arg<ffi::Buffer<F>>()         // out_bytes
+      .template Arg<ffi::Buffer<F>>()         // param_bytes
+      .template Arg<ffi::Buffer<F>>()         // inner_kernels
+      .template Arg<ffi::Buffer<ffi::S32>>()  // n_parents
+      .template Arg<ffi::Buffer<ffi::S32>>()  // children
+      .template Arg<ffi::Buffer<F>>()         // speed
+      .template Arg<ffi::Buffer<F>>()         // bandwidth
+      .template Arg<ffi::Buffer<F>>()         // delta1
+      .template Arg<ffi::Buffer<F>>()         // delta2
+      .template Arg<ffi::Buffer<ffi::S32>>()  // placements
+      .template Attr<bool>("broadcast")
+      .template Ret<ffi::Buffer<F>>()  // makespan
+      .template Ret<ffi::Buffer<F>>()  // start
+      .template Ret<ffi::Buffer<F>>()  // end
+      .template Ret<ffi::Buffer<F>>()  // peak_memory
+      .template Ret<ffi::Buffer<F>>()  // transfer_start
+      .template Ret<ffi::Buffer<F>>();  // arrival
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PlacetoSimulateF32, Simulate<ffi::F32>, Binding<ffi::F32>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PlacetoSimulateF64, Simulate<ffi::F64>, Binding<ffi::F64>());

@@ -1,0 +1,86 @@
+"""The simulator's CPU kernel (`native.cc`), called from jitted code through XLA's FFI.
+
+On a CPU the JAX loops commit one op per step through dozens of XLA kernels, whose fixed cost
+per step dominates on wide graphs (docs/simulator.md, "Wide graphs"). `native.cc` runs the
+reference's event-driven algorithm in C++ instead: one FFI call simulates a whole batch, inside
+jit and under vmap, with float64 outputs bit-equal to the reference. `pip install` builds it
+when a C++ compiler is present (`setup.py`); without one, `available()` is False and `simulate`
+runs the JAX loops, which are also what runs on accelerators.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+
+import jax
+import numpy as np
+
+LIBRARY = "placeto_jax.sim._native"  # the compiled `native.cc`; not a Python module
+_SYMBOLS = {np.dtype(np.float32): "PlacetoSimulateF32", np.dtype(np.float64): "PlacetoSimulateF64"}
+
+
+def _target(dtype) -> str:
+    return "placeto_jax_" + _SYMBOLS[np.dtype(dtype)]
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the kernel is built; registers it for the CPU platform on the first call."""
+    spec = importlib.util.find_spec(LIBRARY)
+    if spec is None or spec.origin is None:
+        return False
+    library = ctypes.CDLL(spec.origin)
+    for dtype, symbol in _SYMBOLS.items():
+        handler = jax.ffi.pycapsule(getattr(library, symbol))
+        jax.ffi.register_ffi_target(_target(dtype), handler, platform="cpu")
+    return True
+
+
+def in_use() -> bool:
+    """Whether `simulate` and the environments run the kernel: built, and the default backend
+    is the CPU (accelerators run the JAX loops, which are built for parallel lanes)."""
+    return jax.default_backend() == "cpu" and available()
+
+
+def simulate_rows(graph, cluster, placements: jax.Array, broadcast: bool) -> tuple:
+    """(makespan [R], start [R, Np], end [R, Np], peak memory [R, D], transfer start and arrival
+    [R, Np, D], -inf where none) of placements [R, Np] int32 on a `SimGraph` and `SimCluster`;
+    the fields of `core.SimOutput`. Under vmap every input may carry the batch axes."""
+    if not available():
+        raise RuntimeError("the native simulator is not built (no C++ compiler at install?)")
+    n_rows, n_pad = placements.shape
+    n_dev = cluster.speed.shape[0]
+    dtype = graph.cost.dtype
+
+    def like(*shape):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    call = jax.ffi.ffi_call(
+        _target(dtype),
+        (
+            like(n_rows),
+            like(n_rows, n_pad),
+            like(n_rows, n_pad),
+            like(n_rows, n_dev),
+            like(n_rows, n_pad, n_dev),
+            like(n_rows, n_pad, n_dev),
+        ),
+        vmap_method="broadcast_all",
+    )
+    return call(
+        graph.n_ops,
+        graph.cost,
+        graph.out_bytes,
+        graph.param_bytes,
+        graph.inner_kernels,
+        graph.n_parents,
+        graph.children,
+        cluster.speed,
+        cluster.bandwidth,
+        cluster.delta1,
+        cluster.delta2,
+        placements,
+        broadcast=bool(broadcast),
+    )
