@@ -45,3 +45,15 @@ def shared_compilation_cache(request, tmp_path_factory):
     jax.config.update("jax_compilation_cache_dir", str(session_dir / "jax-compilation-cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax_cache.reset_cache()  # in case a compile during collection checked for a cache
+
+
+def _native_param():
+    from placeto_jax.sim import native
+
+    built = pytest.mark.skipif(not native.available(), reason="native kernel not built")
+    return pytest.param("native", marks=built)
+
+
+# The native CPU kernel as a `loop` parameter, skipped where it is not built (a machine without a
+# C++ compiler; test_sim_native.py fails if one exists and the kernel is missing).
+NATIVE = _native_param()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import placeto_jax as pj
+from conftest import NATIVE
 from placeto_jax import precision
 from placeto_jax.graphs import group, resolve_graph
 from placeto_jax.graphs.io import graph_from_dict, graph_to_dict
@@ -96,7 +97,7 @@ def check_loop_against_reference(loop: str, seeds, devices: int | None) -> None:
                 np.testing.assert_array_equal(out.end[b, : graph.n_ops], want.end)
 
 
-@pytest.mark.parametrize("loop", ["scan", "wide"])
+@pytest.mark.parametrize("loop", [NATIVE, "scan", "wide"])
 def test_both_loops_equal_the_reference_with_kernels(loop):
     check_loop_against_reference(loop, range(200), devices=4)
 

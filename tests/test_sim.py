@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import placeto_jax as pj
+from conftest import NATIVE
 from placeto_jax import precision
 from placeto_jax.graphs.generators import diamond, layered
 from placeto_jax.sim.api import padded, sim_cluster, simulate_batch
@@ -79,13 +80,15 @@ def test_differential_cases_cover_the_space():
     assert {b for _, b in CASES} == {True, False}
 
 
+@pytest.mark.parametrize("loop", [NATIVE, "scan"])
 @pytest.mark.parametrize("group", sorted(CASES), ids=lambda g: f"D{g[0]}-bcast{int(g[1])}")
-def test_differential_random_cases_exact(group):
+def test_differential_random_cases_exact(group, loop):
     """520 random DAG/cluster cases in all (4 placements each; zero costs, ties, 1-8 devices,
-    unequal speeds and bandwidths, broadcast on and off) agree with the reference exactly."""
+    unequal speeds and bandwidths, broadcast on and off) agree with the reference exactly, on
+    the native CPU kernel and on the JAX scan loop (the wide loop: tests/test_sim_wide.py)."""
     for graph, cluster, placements in CASES[group]:
         sizes = pad_graph(graph, n_pad=64, max_children=64, n_chains=64, n_edges=1024)
-        got = pj.simulate(graph, cluster, placements, padding=sizes)
+        got = pj.simulate(graph, cluster, placements, padding=sizes, loop=loop)
         for b, placement in enumerate(placements):
             want = pj.simulate_reference(graph, cluster, placement)
             for field in FIELDS:
@@ -94,7 +97,8 @@ def test_differential_random_cases_exact(group):
                 )
 
 
-def test_zero_duration_rounds_follow_the_reference():
+@pytest.mark.parametrize("loop", [NATIVE, "scan"])
+def test_zero_duration_rounds_follow_the_reference(loop):
     """Zero-cost ops and zero-byte transfers at one instant: later rounds, tie-breaks by index."""
     cost = [0, 0, 10, 0, 5, 0]
     out_bytes = [0, 7600, 0, 0, 0, 0]
@@ -103,7 +107,7 @@ def test_zero_duration_rounds_follow_the_reference():
     for placement in itertools.product(range(2), repeat=6):
         for broadcast, delta in itertools.product((True, False), ((0.0, 0.0), (5.7, 25.0))):
             cluster = pj.Cluster(2, broadcast=broadcast, delta1=delta[0], delta2=delta[1])
-            got = pj.simulate(graph, cluster, np.array(placement))
+            got = pj.simulate(graph, cluster, np.array(placement), loop=loop)
             want = pj.simulate_reference(graph, cluster, np.array(placement))
             np.testing.assert_array_equal(got.start, want.start)
             np.testing.assert_array_equal(got.peak_memory, want.peak_memory)

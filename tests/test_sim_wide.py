@@ -79,7 +79,7 @@ def test_wide_loop_equals_the_reference_for_other_row_and_block_sizes(row, block
     _check(range(0, 520, 4), row, block)
 
 
-def test_simulate_takes_the_wide_loop_for_wide_graphs_and_stays_exact():
+def test_the_wide_loop_stays_exact_on_a_wide_graph():
     # 300 chains of two ops (an op and its consumer on another device half the time), with
     # zero costs and shared consumers: at least WIDE_SLOTS chain slots.
     rng = np.random.default_rng(5)
@@ -93,7 +93,7 @@ def test_simulate_takes_the_wide_loop_for_wide_graphs_and_stays_exact():
     for broadcast in (True, False):
         cluster = pj.Cluster(3, broadcast=broadcast)
         placements = rng.integers(0, 3, size=(3, n))
-        got = pj.simulate(graph, cluster, placements)
+        got = pj.simulate(graph, cluster, placements, loop="wide")
         for b in range(3):
             want = pj.simulate_reference(graph, cluster, placements[b])
             np.testing.assert_array_equal(got.start[b], want.start)

@@ -93,7 +93,7 @@ def simulate_batch(
     if loop not in ("auto", "native", "scan", "wide"):
         raise ValueError(f"loop must be 'auto', 'native', 'scan' or 'wide', not {loop!r}")
     if loop == "native" or (loop == "auto" and native.in_use()):
-        return SimOutput(*native.simulate_rows(graph, cluster, placements, broadcast))
+        return SimOutput(*native.simulate_placements(graph, cluster, placements, broadcast))
     n_rows, n_pad = placements.shape
     lanes = max(1, min(chunk_size(), n_rows, _MAX_FLAT // n_pad))
     n_full = n_rows // lanes * lanes
@@ -117,17 +117,22 @@ def simulate_rows(
     rows: np.ndarray,
     dtype: Any = precision.EXACT,
     padding: PaddedGraph | None = None,
+    loop: str = "auto",
 ):
     """SimOutput (NumPy, `dtype`) of placement rows [B, Np] int32 on `padding` (default: the
     graph's cached default padding), in one `simulate_batch` call of exactly B rows (the caller
-    pads the batch to the sizes it wants compiled). No validation: `simulate` is the checked
-    entry point."""
+    pads the batch to the sizes it wants compiled) with `loop`. No validation: `simulate` is the
+    checked entry point."""
     with precision.scope(dtype):
         sim_graph = (
             device_graph(graph, dtype) if padding is None else SimGraph.from_padded(padding, dtype)
         )
         out = simulate_batch(
-            sim_graph, sim_cluster(cluster, dtype), jnp.asarray(rows, jnp.int32), cluster.broadcast
+            sim_graph,
+            sim_cluster(cluster, dtype),
+            jnp.asarray(rows, jnp.int32),
+            cluster.broadcast,
+            loop,
         )
         return jax.device_get(out)
 
@@ -140,6 +145,7 @@ def simulate(
     padding: PaddedGraph | None = None,
     dtype: Any = precision.EXACT,
     allow_split: bool = False,
+    loop: str = "auto",
 ) -> SimResult:
     """Simulate one placement ([N] ints) or a batch ([B, N]); see docs/simulator.md.
 
@@ -149,7 +155,9 @@ def simulate(
     Batches are padded to a power of two so that repeated calls reuse one compiled program;
     `padding` (from `pad_graph(graph, ...)`) chooses the graph's padded sizes, by default
     power-of-two buckets. Results are NumPy in `dtype`: float64 (the default) is exact, equal to
-    the reference to the last bit; float32 is faster and matches to rounding."""
+    the reference to the last bit; float32 is faster and matches to rounding. `loop` chooses the
+    implementation (`simulate_batch`): "auto" (the default) runs the native CPU kernel where it
+    is built and the backend is the CPU, else a JAX loop; every choice gives the same outputs."""
     placement = check_simulation(graph, cluster, placement, allow_split)
     single = placement.ndim == 1
     batch = placement[None] if single else placement
@@ -159,7 +167,7 @@ def simulate(
     n, b = graph.n_ops, batch.shape[0]
     rows = np.zeros((bucket(b, 1), pg.n_pad), dtype=np.int32)
     rows[:b, :n] = batch
-    out = simulate_rows(graph, cluster, rows, dtype, padding)
+    out = simulate_rows(graph, cluster, rows, dtype, padding, loop)
     result = SimResult(
         makespan=np.asarray(out.makespan[:b]),
         start=np.asarray(out.start[:b, :n]),

@@ -160,7 +160,7 @@ def simulate_padded(
     """Simulate one placement ([Np] int32 device per op; padding entries are ignored): the native
     kernel where it runs (`native.in_use`), else one lane of the JAX loop."""
     if native.in_use():
-        out = SimOutput(*native.simulate_rows(graph, cluster, placement[None], broadcast))
+        out = SimOutput(*native.simulate_placements(graph, cluster, placement[None], broadcast))
     else:
         out = simulate_lanes(graph, cluster, placement[None], broadcast)
     return jax.tree.map(lambda x: x[0], out)

@@ -44,7 +44,7 @@ def in_use() -> bool:
     return jax.default_backend() == "cpu" and available()
 
 
-def simulate_rows(graph, cluster, placements: jax.Array, broadcast: bool) -> tuple:
+def simulate_placements(graph, cluster, placements: jax.Array, broadcast: bool) -> tuple:
     """(makespan [R], start [R, Np], end [R, Np], peak memory [R, D], transfer start and arrival
     [R, Np, D], -inf where none) of placements [R, Np] int32 on a `SimGraph` and `SimCluster`;
     the fields of `core.SimOutput`. Under vmap every input may carry the batch axes."""

@@ -1,0 +1,119 @@
+"""The native CPU kernel (`sim/native.cc` through `sim/native.py`): built, exact, vmappable.
+
+Its agreement with the reference on the 520 random cases and the zero-duration rounds is in
+tests/test_sim.py (parametrized over the native kernel and the JAX scan loop)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import placeto_jax as pj
+from placeto_jax import precision
+from placeto_jax.graphs.generators import layered
+from placeto_jax.sim import native
+from placeto_jax.sim.api import padded, sim_cluster, simulate_batch
+from placeto_jax.sim.core import SimGraph, simulate_lanes, simulate_padded
+from placeto_jax.sim.padded import pad_graph
+from randgraphs import random_case
+
+F64 = np.float64
+SOURCE = Path(native.__file__).with_name("native.cc")
+
+
+@pytest.mark.skipif(
+    not (shutil.which("c++") or shutil.which("g++")), reason="no C++ compiler to build it"
+)
+def test_the_kernel_is_built_and_not_older_than_its_source():
+    """`pip install` builds it wherever a compiler exists; a stale build after editing
+    native.cc would test old code (rebuild with `pip install -e .`)."""
+    assert native.available(), "the native simulator did not build: run `pip install -e .`"
+    library = Path(importlib.util.find_spec(native.LIBRARY).origin)
+    assert library.stat().st_mtime >= SOURCE.stat().st_mtime, "stale build: pip install -e ."
+    assert native.in_use() == (jax.default_backend() == "cpu")
+
+
+needs_kernel = pytest.mark.skipif(not native.available(), reason="native kernel not built")
+
+
+@needs_kernel
+def test_vmap_over_a_bank_of_graphs_equals_the_jax_loop_per_graph():
+    """The trainer vmaps `simulate_padded` over episodes of different graphs (batched graph
+    arrays, one cluster): every output equals the JAX loop's on each graph alone, bit for bit."""
+    graphs = [random_case(seed)[0] for seed in (3, 11, 29)]
+    sizes = dict(n_pad=64, max_children=64, n_chains=64, n_edges=1024)
+    cluster = pj.Cluster(3, speed=[1.0, 2.0, 0.5], delta1=5.7, delta2=25.0, broadcast=False)
+    rng = np.random.default_rng(0)
+    with precision.scope(F64):
+        banks = [SimGraph.from_padded(pad_graph(g, **sizes), F64) for g in graphs]
+        bank = jax.tree.map(lambda *x: jnp.stack(x), *banks)
+        sc = sim_cluster(cluster, F64)
+        rows = np.zeros((3, 64), np.int32)
+        for i, g in enumerate(graphs):
+            rows[i, : g.n_ops] = rng.integers(0, 3, g.n_ops)
+        fn = jax.jit(jax.vmap(simulate_padded, in_axes=(0, None, 0, None)), static_argnums=3)
+        got = fn(bank, sc, jnp.asarray(rows), False)
+        for i, sg in enumerate(banks):
+            want = simulate_lanes(sg, sc, jnp.asarray(rows[i : i + 1]), False)
+            for x, y in zip(got, want, strict=True):
+                np.testing.assert_array_equal(x[i], y[0])
+
+
+@needs_kernel
+def test_nested_vmap_and_jit_equal_one_batch_call():
+    """vmap of vmap (placements [2, 3, Np]) inside jit: the same outputs as one call on the
+    6 rows."""
+    graph = layered(50, seed=1)
+    pg = padded(graph)
+    with precision.scope(F64):
+        sg, sc = SimGraph.from_padded(pg, F64), sim_cluster(pj.Cluster(4), F64)
+        rows = np.zeros((6, pg.n_pad), np.int32)
+        rows[:, : graph.n_ops] = np.random.default_rng(1).integers(0, 4, (6, graph.n_ops))
+        inner = jax.vmap(simulate_padded, in_axes=(None, None, 0))
+        nested = jax.jit(jax.vmap(inner, in_axes=(None, None, 0)))(
+            sg, sc, jnp.asarray(rows.reshape(2, 3, -1))
+        )
+        flat = simulate_batch(sg, sc, jnp.asarray(rows), True, "native")
+        for x, y in zip(nested, flat, strict=True):
+            np.testing.assert_array_equal(np.asarray(x).reshape(y.shape), y)
+
+
+@needs_kernel
+def test_float32_matches_the_reference_to_rounding():
+    for seed in range(0, 40, 4):
+        graph, cluster, placements = random_case(seed)
+        got = pj.simulate(graph, cluster, placements, dtype=np.float32, loop="native")
+        assert got.makespan.dtype == np.float32
+        want = pj.simulate_reference(graph, cluster, placements)
+        np.testing.assert_allclose(got.makespan, want.makespan, rtol=1e-5)
+        np.testing.assert_allclose(got.peak_memory, want.peak_memory, rtol=1e-6)
+
+
+@needs_kernel
+def test_a_device_out_of_range_is_an_error_naming_the_op():
+    """`simulate` refuses it at the boundary; the kernel itself, called directly, fails with a
+    message instead of reading out of bounds."""
+    graph = layered(20, seed=0)
+    pg = padded(graph)
+    with precision.scope(F64):
+        sg, sc = SimGraph.from_padded(pg, F64), sim_cluster(pj.Cluster(2), F64)
+        rows = np.zeros((1, pg.n_pad), np.int32)
+        rows[0, 7] = 5
+        with pytest.raises(Exception, match="op 7 placed on device 5 of 2"):
+            jax.block_until_ready(simulate_batch(sg, sc, jnp.asarray(rows), True, "native"))
+
+
+def test_native_without_the_kernel_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(native, "available", lambda: False)
+    graph = layered(20, seed=0)
+    with precision.scope(F64):
+        sg, sc = SimGraph.from_padded(padded(graph), F64), sim_cluster(pj.Cluster(2), F64)
+        rows = jnp.zeros((1, sg.cost.shape[0]), jnp.int32)
+        with pytest.raises(RuntimeError, match="native simulator is not built"):
+            native.simulate_placements(sg, sc, rows, True)
