@@ -1,23 +1,28 @@
-"""The simulator on real graphs: `pj.simulate` with a user's defaults (float64, the loop it
-picks), the scan loop alone, and the Python reference, side by side in one process.
+"""The simulator on real graphs: `pj.simulate` with a user's defaults (float64, the
+implementation it picks: the native CPU kernel where built), the JAX loop it would run
+otherwise, and the Python reference, side by side in one process.
 
     python experiments/bench_wide.py                # operator graphs, families, zoo op graphs
     python experiments/bench_wide.py --graphs family:nmt/24 --batch 256
 
 For each graph: N ops, E edges, W chain slots, K padded out-degree; placements per CPU-second
 (all threads) and per wall-second of `pj.simulate` on a batch of B (calls alternated with the
-scan loop's, best of `--repeats`; outputs checked equal), of `simulate_batch(loop="scan")` on
-the same padded batch, and of the reference (one placement at a time, single-threaded, so its
-two rates are equal); the ratios. Then the growth of time per placement against N over the
-BERT op graphs, and (`--memory`) the peak RSS of one `pj.simulate` call at B = 4,096 on
-`family:nmt/24`, in a fresh process. Prints the tables and writes every number, with the
-machine, to results/bench/wide.json.
+JAX loop's, best of `--repeats`; outputs checked equal), of `simulate_batch` with the JAX loop
+(`loop="wide"` from `api.WIDE_SLOTS` chain slots, else `"scan"`) on the same padded batch, and
+of the reference (one placement at a time, single-threaded, so its two rates are equal); the
+ratios, and how many real graphs of 1,000 ops or more reach 30x. Then the growth of time per
+placement against N over the BERT op graphs, and (`--memory`) the peak RSS of one `pj.simulate`
+call at B = 4,096 on `family:nmt/24`, in a fresh process. Prints the tables and writes every
+number, with the machine, to results/bench/wide.json. `--search` also times local search with
+4,096 evaluations on `family:nmt/24` with the native kernel and with the JAX loop
+(`PLACETO_JAX_NATIVE=0`), each in a fresh process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -35,7 +40,7 @@ from placeto_jax.graphs.registry import load
 from placeto_jax.graphs.zoo import zoo_op_graph
 from placeto_jax.placers.simple import colocate
 from placeto_jax.report import format_table
-from placeto_jax.sim import api
+from placeto_jax.sim import api, native
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "benchmarks" / "msr-fiddle"
@@ -51,7 +56,7 @@ REFERENCE_S = 2.0  # CPU seconds of reference placements per graph (at least two
 def real_graphs(data: Path = DATA) -> list[str]:
     """The benchmark's operator graphs under `data`, one test graph per family, the zoo op
     graphs: the real graphs every simulator benchmark measures first."""
-    files = sorted(str(p) for p in data.glob("throughput-inputs/OperatorGraphs/*.json"))
+    files = sorted(str(p) for p in data.glob("*/OperatorGraphs/*.json"))
     return files + FAMILIES + ZOO_OPS
 
 
@@ -69,7 +74,11 @@ def graph_of(spec: str) -> pj.Graph:
 
 
 def label(spec: str) -> str:
-    return Path(spec).stem if spec.endswith(".json") else spec
+    """A graph file as `set/stem` (`throughput/bert_l-3_training`), other specs as they are."""
+    if not spec.endswith(".json"):
+        return spec
+    path = Path(spec)
+    return f"{path.parent.parent.name.removesuffix('-inputs')}/{path.stem}"
 
 
 def timed(fn) -> tuple[object, float, float]:
@@ -88,18 +97,19 @@ def measure(spec: str, batch: int, devices: int, repeats: int) -> dict:
     rows = np.zeros((batch, pg.n_pad), np.int32)
     rows[:, : graph.n_ops] = placements
     dtype = precision.EXACT
+    jax_loop = "wide" if pg.width >= api.WIDE_SLOTS else "scan"
 
-    def scan():
+    def on_jax_loop():
         with precision.scope(dtype):
             return api.simulate_batch(
                 api.device_graph(graph, dtype),
                 api.sim_cluster(cluster, dtype),
                 jnp.asarray(rows),
                 cluster.broadcast,
-                loop="scan",
+                loop=jax_loop,
             )
 
-    calls = {"simulate": lambda: pj.simulate(graph, cluster, placements), "scan": scan}
+    calls = {"simulate": lambda: pj.simulate(graph, cluster, placements), "jax_loop": on_jax_loop}
     first = {name: timed(fn)[0] for name, fn in calls.items()}  # compiles
     best = {name: (np.inf, np.inf) for name in calls}
     for _ in range(repeats):
@@ -107,7 +117,7 @@ def measure(spec: str, batch: int, devices: int, repeats: int) -> dict:
             _, cpu, wall = timed(fn)
             best[name] = (min(best[name][0], cpu), min(best[name][1], wall))
     equal = np.array_equal(
-        first["simulate"].start, np.asarray(first["scan"].start)[:, : graph.n_ops]
+        first["simulate"].start, np.asarray(first["jax_loop"].start)[:, : graph.n_ops]
     )
     done, spent, exact = 0, 0.0, True
     while done < batch and (done < 2 or spent < REFERENCE_S):  # placements one at a time
@@ -124,11 +134,12 @@ def measure(spec: str, batch: int, devices: int, repeats: int) -> dict:
         "chain_slots": pg.width,
         "max_children": int(pg.children.shape[1]),
         "batch": batch,
-        "loop": "wide" if pg.width >= api.WIDE_SLOTS else "scan",
+        "loop": "native" if native.in_use() else jax_loop,  # what pj.simulate ran
+        "jax_loop": jax_loop,
         "simulate_per_cpu_s": batch / best["simulate"][0],
         "simulate_per_wall_s": batch / best["simulate"][1],
-        "scan_per_cpu_s": batch / best["scan"][0],
-        "scan_per_wall_s": batch / best["scan"][1],
+        "jax_loop_per_cpu_s": batch / best["jax_loop"][0],
+        "jax_loop_per_wall_s": batch / best["jax_loop"][1],
         "reference_per_cpu_s": reference,
         "outputs_equal": bool(equal),
         "exact_against_reference": exact,
@@ -136,8 +147,8 @@ def measure(spec: str, batch: int, devices: int, repeats: int) -> dict:
 
 
 def results_table(rows: list[dict]) -> str:
-    head = ("graph", "N", "E", "W", "K", "loop", "jax/cpu-s", "jax/wall-s", "scan/cpu-s")
-    table = [(*head, "ref/s", "jax/ref cpu", "jax/ref wall", "jax/scan")]
+    head = ("graph", "N", "E", "W", "K", "sim", "sim/cpu-s", "sim/wall-s", "jax loop")
+    table = [(*head, "loop/cpu-s", "ref/s", "sim/ref cpu", "sim/ref wall", "sim/loop")]
     for r in rows:
         ref = r["reference_per_cpu_s"]
         table.append(
@@ -150,11 +161,12 @@ def results_table(rows: list[dict]) -> str:
                 r["loop"],
                 f"{r['simulate_per_cpu_s']:,.0f}",
                 f"{r['simulate_per_wall_s']:,.0f}",
-                f"{r['scan_per_cpu_s']:,.0f}",
+                r["jax_loop"],
+                f"{r['jax_loop_per_cpu_s']:,.0f}",
                 f"{ref:,.1f}",
                 f"{r['simulate_per_cpu_s'] / ref:.1f}x",
                 f"{r['simulate_per_wall_s'] / ref:.1f}x",
-                f"{r['simulate_per_cpu_s'] / r['scan_per_cpu_s']:.2f}x",
+                f"{r['simulate_per_cpu_s'] / r['jax_loop_per_cpu_s']:.2f}x",
             )
         )
     return format_table(table)
@@ -177,6 +189,20 @@ def growth_summary(rows: list[dict], rate: str = "simulate_per_cpu_s") -> str | 
     )
 
 
+def target_summary(rows: list[dict], min_ops: int = 1000, ratio: float = 30.0) -> str | None:
+    """How many real graphs of at least `min_ops` ops `pj.simulate` runs at least `ratio` times
+    as many placements per CPU-second as the reference."""
+    big = [r for r in rows if r["n_ops"] >= min_ops and r["graph"] not in SYNTHETIC]
+    if not big:
+        return None
+    ratios = [r["simulate_per_cpu_s"] / r["reference_per_cpu_s"] for r in big]
+    met = sum(x >= ratio for x in ratios)
+    return (
+        f"real graphs of >= {min_ops:,} ops at >= {ratio:.0f}x the reference per CPU-second: "
+        f"{met} of {len(big)} (lowest {min(ratios):.1f}x)"
+    )
+
+
 def memory_row() -> dict:
     """Peak RSS of one pj.simulate call at MEMORY's size, in a fresh process."""
     spec, batch = MEMORY
@@ -196,6 +222,32 @@ def memory_row() -> dict:
     return {"graph": spec, "batch": batch, **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
+SEARCH = ("family:nmt/24", 4096)
+
+
+def search_row(native_on: bool) -> dict:
+    """Local search with SEARCH's evaluations on its graph (4 devices, float64), in a fresh
+    process with the native kernel on or off: wall and CPU seconds, the placement's makespan."""
+    spec, budget = SEARCH
+    code = (
+        "import json, time, jax, placeto_jax as pj\n"
+        "from placeto_jax.graphs.registry import load\n"
+        "from placeto_jax.placers.search import local_search\n"
+        f"g = load({spec!r}); c = pj.Cluster(4)\n"
+        "cpu, wall = time.process_time(), time.perf_counter()\n"
+        f"s = local_search(g, c, jax.random.key(0), {budget})\n"
+        "print(json.dumps({'wall_s': time.perf_counter() - wall, "
+        "'cpu_s': time.process_time() - cpu, 'evaluations': s.evaluations, "
+        "'makespan_us': float(pj.simulate(g, c, s.placement, allow_split=True).makespan)}))\n"
+    )
+    env = {**os.environ, "PLACETO_JAX_NATIVE": "1" if native_on else "0"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    row = {"graph": spec, "evaluations": budget, "native": native_on}
+    if done.returncode:
+        return {**row, "error": done.stderr.strip()[-300:]}
+    return {**row, **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", nargs="+", default=None, help="graphs (default: see above)")
@@ -203,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--memory", action="store_true", help="also the B = 4,096 memory row")
+    parser.add_argument("--search", action="store_true", help="also time local search")
     parser.add_argument("--out", type=Path, default=ROOT / "results/bench/wide.json")
     args = parser.parse_args(argv)
     rows = []
@@ -214,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.devices} devices; the reference is single-threaded (CPU s = wall s)")
     print(results_table(rows))
     summary = {"machine": machine(), "rows": rows}
+    target = target_summary(rows)
+    if target:
+        print(target)
+        summary["target"] = target
     growth = growth_summary(rows)
     if growth:
         print(growth)
@@ -221,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory:
         summary["memory"] = memory_row()
         print(f"memory: {summary['memory']}")
+    if args.search:
+        summary["search"] = [search_row(native_on) for native_on in (True, False)]
+        for row in summary["search"]:
+            print(f"local search: {row}")
     if not all(r["outputs_equal"] and r["exact_against_reference"] for r in rows):
         print("WARNING: outputs differ between the loops or from the reference", file=sys.stderr)
     summary["self_peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9

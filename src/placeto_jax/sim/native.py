@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import os
 
 import jax
 import numpy as np
@@ -39,9 +40,11 @@ def available() -> bool:
 
 
 def in_use() -> bool:
-    """Whether `simulate` and the environments run the kernel: built, and the default backend
-    is the CPU (accelerators run the JAX loops, which are built for parallel lanes)."""
-    return jax.default_backend() == "cpu" and available()
+    """Whether `simulate` and the environments run the kernel: built, not switched off with
+    `PLACETO_JAX_NATIVE=0` (read when a function is traced), and the default backend is the
+    CPU (accelerators run the JAX loops, which are built for parallel lanes)."""
+    switched_off = os.environ.get("PLACETO_JAX_NATIVE", "1") == "0"
+    return not switched_off and jax.default_backend() == "cpu" and available()
 
 
 def simulate_placements(graph, cluster, placements: jax.Array, broadcast: bool) -> tuple:
