@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from placeto_jax.sim import native
+
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "bench_simulator.py"
 GPU_SCRIPT = SCRIPT.with_name("bench_gpu.py")
 ROW_KEYS = {
@@ -282,9 +284,27 @@ def test_wide_bench_measures_both_loops_and_the_reference(monkeypatch, tmp_path)
         == 0
     )
     (row,) = json.loads(out.read_text())["rows"]
-    assert (row["n_ops"], row["batch"], row["loop"]) == (40, 4, "scan")
+    assert (row["n_ops"], row["batch"], row["jax_loop"]) == (40, 4, "scan")
+    assert row["loop"] == ("native" if native.in_use() else "scan")
     assert row["outputs_equal"] and row["exact_against_reference"]
-    assert min(row["simulate_per_cpu_s"], row["scan_per_cpu_s"], row["reference_per_cpu_s"]) > 0
+    rates = (row["simulate_per_cpu_s"], row["jax_loop_per_cpu_s"], row["reference_per_cpu_s"])
+    assert min(rates) > 0
+
+
+def test_wide_bench_target_line(monkeypatch):
+    bench = load_wide_bench(monkeypatch)
+    rows = [
+        {"graph": "family:nmt/24", "n_ops": 4384, "simulate_per_cpu_s": 310.0},
+        {"graph": "x.json", "n_ops": 1200, "simulate_per_cpu_s": 290.0},
+        {"graph": "small.json", "n_ops": 999, "simulate_per_cpu_s": 1.0},  # too small to count
+        {"graph": bench.SYNTHETIC[0], "n_ops": 2000, "simulate_per_cpu_s": 1.0},  # synthetic
+    ]
+    for row in rows:
+        row["reference_per_cpu_s"] = 10.0
+    assert bench.target_summary(rows) == (
+        "real graphs of >= 1,000 ops at >= 30x the reference per CPU-second: 1 of 2 (lowest 29.0x)"
+    )
+    assert bench.target_summary(rows[2:]) is None
 
 
 def test_wide_bench_growth_line(monkeypatch):
