@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/placeto_jax/sim/native.cc  # the native kernel is built at install
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -57,4 +57,4 @@ reproduce: install  ## every paper experiment at paper scale (meant for a GPU)
 	$(VENV)/bin/placeto-jax sweep --preset paper --graphs family:nmt/0 --devices 4 --set lr=3e-4,1e-3,3e-3 --set entropy=0.01,0.03,0.1 --seeds 8
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache src/placeto_jax/sim/_native*.so
