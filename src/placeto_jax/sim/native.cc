@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <queue>
 #include <string>
@@ -72,7 +71,7 @@ using ReadyKey = std::pair<double, int32_t>;  // (ready time, op): exact for flo
 // Scratch reused across the placements of one call.
 template <typename T>
 struct Work {
-  std::vector<T> duration, ready_time, device_free_at, bus_free_at;
+  std::vector<T> duration, device_free_at, bus_free_at;
   std::vector<int32_t> missing, running, bus_head, seen, kid_begin, kids;
   std::vector<int32_t> remote, n_remote;  // [n_pad, n_dev], [n_pad]: FindRemoteDevices
   // Instants (distinct event times, counted in time order) of each op's start and end and of
@@ -86,7 +85,7 @@ struct Work {
   std::priority_queue<std::pair<T, int32_t>, std::vector<std::pair<T, int32_t>>,
                       std::greater<std::pair<T, int32_t>>>
       events;
-  std::vector<std::pair<int32_t, int32_t>> sending;    // [n_dev] (op, destination) on each bus
+  std::vector<std::pair<int32_t, int32_t>> sending;  // [n_dev] (op, destination) on each bus
 };
 
 template <typename T>
@@ -135,13 +134,11 @@ bool Schedule(const GraphView<T>& g, const int32_t* place, bool broadcast, Work<
   std::fill(w.bus_head.begin(), w.bus_head.end(), 0);
   for (int32_t v = 0; v < n; ++v) {
     w.missing[v] = g.n_parents[v];
-    w.ready_time[v] = T(0);
     w.ended[v] = 0;
     if (g.n_parents[v] == 0) w.ready[place[v]].push({0.0, v});
   }
   auto data_available = [&](int32_t c, T time) {
     if (--w.missing[c] == 0) {
-      w.ready_time[c] = time;
       w.ready[place[c]].push({double(time), c});
     }
   };
@@ -362,7 +359,6 @@ ffi::Error Simulate(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
   }
   Work<T> w;
   w.duration.resize(n_pad);
-  w.ready_time.resize(n_pad);
   w.missing.resize(n_pad);
   w.ended.resize(n_pad);
   w.start_at.resize(n_pad);
