@@ -13,7 +13,8 @@ native = Extension(
     include_dirs=[os.path.join(os.path.dirname(jaxlib.__file__), "include")],
     language="c++",
     # -ffp-contract=off: no fused multiply-adds, so float64 outputs stay bit-equal to the reference.
-    extra_compile_args=["-std=c++17", "-O2", "-ffp-contract=off"],
+    extra_compile_args=["-std=c++17", "-O2", "-ffp-contract=off", "-pthread"],
+    extra_link_args=["-pthread"],
     optional=True,
 )
 

@@ -117,3 +117,27 @@ def test_native_without_the_kernel_is_a_clear_error(monkeypatch):
         rows = jnp.zeros((1, sg.cost.shape[0]), jnp.int32)
         with pytest.raises(RuntimeError, match="native simulator is not built"):
             native.simulate_placements(sg, sc, rows, True)
+
+
+@needs_kernel
+def test_outputs_do_not_depend_on_the_thread_count(monkeypatch):
+    """13 placements of a random case split over 1, 2 or 3 threads (ranges of at least 4)."""
+    graph, cluster, _ = random_case(7)
+    pg = padded(graph)
+    rows = np.zeros((13, pg.n_pad), np.int32)
+    rows[:, : graph.n_ops] = np.random.default_rng(7).integers(
+        0, cluster.n_devices, (13, graph.n_ops)
+    )
+    outputs = []
+    with precision.scope(F64):
+        sg, sc = SimGraph.from_padded(pg, F64), sim_cluster(cluster, F64)
+        for count in ("1", "2", "3"):
+            monkeypatch.setenv("PLACETO_JAX_NATIVE_THREADS", count)
+            assert native.threads() == int(count)
+            outputs.append(native.simulate_placements(sg, sc, jnp.asarray(rows), cluster.broadcast))
+    for other in outputs[1:]:
+        for x, y in zip(outputs[0], other, strict=True):
+            np.testing.assert_array_equal(x, y)
+    monkeypatch.setenv("PLACETO_JAX_NATIVE_THREADS", "0")
+    with pytest.raises(ValueError, match="PLACETO_JAX_NATIVE_THREADS must be at least 1, not 0"):
+        native.threads()

@@ -20,6 +20,7 @@
 #include <limits>
 #include <queue>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -72,7 +73,7 @@ using ReadyKey = std::pair<double, int32_t>;  // (ready time, op): exact for flo
 template <typename T>
 struct Work {
   std::vector<T> duration, device_free_at, bus_free_at;
-  std::vector<int32_t> missing, running, bus_head, seen, kid_begin, kids;
+  std::vector<int32_t> missing, running, bus_head, seen;
   std::vector<int32_t> remote, n_remote;  // [n_pad, n_dev], [n_pad]: FindRemoteDevices
   // Instants (distinct event times, counted in time order) of each op's start and end and of
   // each (op, device) arrival: peak memory sums byte changes per instant instead of sorting.
@@ -290,18 +291,43 @@ void PeakMemory(const GraphView<T>& g, const int32_t* place, Work<T>& w, const R
 }
 
 // The consumers of ops [0, n) from padded rows [n_pad, n_kids] (entries >= n are absent), as
-// offsets w.kid_begin [n + 1] into the list w.kids.
-template <typename T>
-void CompactChildren(const int32_t* children, int32_t n, int64_t n_kids, Work<T>& w) {
-  w.kid_begin.assign(n + 1, 0);
-  w.kids.clear();
+// offsets `begin` [n + 1] into the list `kids`: v's are kids[begin[v]:begin[v + 1]].
+struct Consumers {
+  std::vector<int32_t> begin, kids;
+};
+
+Consumers CompactChildren(const int32_t* children, int32_t n, int64_t n_kids) {
+  Consumers out;
+  out.begin.assign(n + 1, 0);
   for (int32_t v = 0; v < n; ++v) {
     for (int64_t j = 0; j < n_kids; ++j) {
       const int32_t c = children[v * n_kids + j];
-      if (c >= 0 && c < n) w.kids.push_back(c);
+      if (c >= 0 && c < n) out.kids.push_back(c);
     }
-    w.kid_begin[v + 1] = int32_t(w.kids.size());
+    out.begin[v + 1] = int32_t(out.kids.size());
   }
+  return out;
+}
+
+// Scratch for one thread's placements of a graph of n_pad ops on n_dev devices.
+template <typename T>
+Work<T> MakeWork(int64_t n_pad, int64_t n_dev) {
+  Work<T> w;
+  w.duration.resize(n_pad);
+  w.missing.resize(n_pad);
+  w.ended.resize(n_pad);
+  w.start_at.resize(n_pad);
+  w.end_at.resize(n_pad);
+  w.arrive_at.resize(n_pad * n_dev);
+  for (auto* v : {&w.device_free_at, &w.bus_free_at}) v->resize(n_dev);
+  for (auto* v : {&w.running, &w.bus_head, &w.seen, &w.use_at}) v->resize(n_dev);
+  w.remote.resize(n_pad * n_dev);
+  w.n_remote.resize(n_pad);
+  w.bus_busy.resize(n_dev);
+  w.ready.resize(n_dev);
+  w.bus_queue.resize(n_dev);
+  w.sending.resize(n_dev);
+  return w;
 }
 
 // Stride of an input over the groups: 0 when one group serves all, else its per-group size;
@@ -318,6 +344,7 @@ ffi::Error Simulate(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
                     ffi::Buffer<ffi::S32> n_parents, ffi::Buffer<ffi::S32> children,
                     ffi::Buffer<F> speed, ffi::Buffer<F> bandwidth, ffi::Buffer<F> delta1,
                     ffi::Buffer<F> delta2, ffi::Buffer<ffi::S32> placements, bool broadcast,
+                    int32_t threads,
                     ffi::ResultBuffer<F> makespan, ffi::ResultBuffer<F> start,
                     ffi::ResultBuffer<F> end, ffi::ResultBuffer<F> peak,
                     ffi::ResultBuffer<F> xfer, ffi::ResultBuffer<F> arrival) {
@@ -357,60 +384,74 @@ ffi::Error Simulate(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
                                          inputs[i].name + " matches neither one graph nor the batch");
     }
   }
-  Work<T> w;
-  w.duration.resize(n_pad);
-  w.missing.resize(n_pad);
-  w.ended.resize(n_pad);
-  w.start_at.resize(n_pad);
-  w.end_at.resize(n_pad);
-  w.arrive_at.resize(n_pad * n_dev);
-  for (auto* v : {&w.device_free_at, &w.bus_free_at}) v->resize(n_dev);
-  for (auto* v : {&w.running, &w.bus_head, &w.seen, &w.use_at}) v->resize(n_dev);
-  w.remote.resize(n_pad * n_dev);
-  w.n_remote.resize(n_pad);
-  w.bus_busy.resize(n_dev);
-  w.ready.resize(n_dev);
-  w.bus_queue.resize(n_dev);
-  w.sending.resize(n_dev);
+  // Checks, and each group's consumer lists (one list when all groups share the graph).
+  std::vector<Consumers> consumers;
   for (int64_t grp = 0; grp < groups; ++grp) {
     const int32_t n = n_ops.typed_data()[grp * stride[0]];
     if (n < 0 || n > n_pad) return ffi::Error::InvalidArgument("native simulator: n_ops");
-    CompactChildren(children.typed_data() + grp * stride[6], n, n_kids, w);
-    GraphView<T> g{n,
-                   int32_t(n_pad),
-                   int32_t(n_dev),
-                   cost.typed_data() + grp * stride[1],
-                   out_bytes.typed_data() + grp * stride[2],
-                   param_bytes.typed_data() + grp * stride[3],
-                   inner.typed_data() + grp * stride[4],
-                   n_parents.typed_data() + grp * stride[5],
-                   w.kid_begin.data(),
-                   w.kids.data(),
-                   speed.typed_data() + grp * stride[7],
-                   bandwidth.typed_data() + grp * stride[8],
-                   delta1.typed_data()[grp * stride[9]],
-                   delta2.typed_data()[grp * stride[10]]};
+    if (grp == 0 || stride[6] != 0) {
+      consumers.push_back(CompactChildren(children.typed_data() + grp * stride[6], n, n_kids));
+    }
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t row = grp * rows + r;
       const int32_t* place = placements.typed_data() + grp * stride[11] + r * n_pad;
-      for (int32_t v = 0; v < g.n; ++v) {
+      for (int32_t v = 0; v < n; ++v) {
         if (place[v] < 0 || place[v] >= n_dev) {
           return ffi::Error::InvalidArgument("native simulator: op " + std::to_string(v) +
                                              " placed on device " + std::to_string(place[v]) +
                                              " of " + std::to_string(n_dev));
         }
       }
+    }
+  }
+  // Placements [first, last) in (group, row) order, on one thread; false if ops never start.
+  auto simulate_range = [&](int64_t first, int64_t last) {
+    Work<T> w = MakeWork<T>(n_pad, n_dev);
+    for (int64_t row = first; row < last; ++row) {
+      const int64_t grp = row / rows, r = row % rows;
+      const Consumers& kids = consumers[stride[6] != 0 ? grp : 0];
+      const GraphView<T> g{n_ops.typed_data()[grp * stride[0]],
+                           int32_t(n_pad),
+                           int32_t(n_dev),
+                           cost.typed_data() + grp * stride[1],
+                           out_bytes.typed_data() + grp * stride[2],
+                           param_bytes.typed_data() + grp * stride[3],
+                           inner.typed_data() + grp * stride[4],
+                           n_parents.typed_data() + grp * stride[5],
+                           kids.begin.data(),
+                           kids.kids.data(),
+                           speed.typed_data() + grp * stride[7],
+                           bandwidth.typed_data() + grp * stride[8],
+                           delta1.typed_data()[grp * stride[9]],
+                           delta2.typed_data()[grp * stride[10]]};
+      const int32_t* place = placements.typed_data() + grp * stride[11] + r * n_pad;
       const RowOut<T> out{makespan->typed_data() + row,
                           start->typed_data() + row * n_pad,
                           end->typed_data() + row * n_pad,
                           peak->typed_data() + row * n_dev,
                           xfer->typed_data() + row * n_pad * n_dev,
                           arrival->typed_data() + row * n_pad * n_dev};
-      if (!Schedule(g, place, broadcast, w, out)) {
-        return ffi::Error::InvalidArgument("native simulator: some ops never start (a cycle?)");
-      }
+      if (!Schedule(g, place, broadcast, w, out)) return false;
       PeakMemory(g, place, w, out);
     }
+    return true;
+  };
+  // Placements are independent: up to `threads` threads take contiguous ranges of at least
+  // kRowsPerThread each (the outputs do not depend on the split).
+  constexpr int64_t kRowsPerThread = 4;
+  const int64_t total = groups * rows;
+  const int64_t n_threads =
+      std::max<int64_t>(1, std::min<int64_t>(threads, total / kRowsPerThread));
+  std::vector<char> started(n_threads, 1);
+  std::vector<std::thread> helpers;
+  for (int64_t t = 1; t < n_threads; ++t) {
+    helpers.emplace_back([&, t] {
+      started[t] = simulate_range(total * t / n_threads, total * (t + 1) / n_threads);
+    });
+  }
+  started[0] = simulate_range(0, total / n_threads);
+  for (auto& helper : helpers) helper.join();
+  if (std::find(started.begin(), started.end(), 0) != started.end()) {
+    return ffi::Error::InvalidArgument("native simulator: some ops never start (a cycle?)");
   }
   return ffi::Error::Success();
 }
@@ -431,6 +472,7 @@ constexpr auto Binding() {
       .template Arg<ffi::Buffer<F>>()         // delta2
       .template Arg<ffi::Buffer<ffi::S32>>()  // placements
       .template Attr<bool>("broadcast")
+      .template Attr<int32_t>("threads")
       .template Ret<ffi::Buffer<F>>()  // makespan
       .template Ret<ffi::Buffer<F>>()  // start
       .template Ret<ffi::Buffer<F>>()  // end

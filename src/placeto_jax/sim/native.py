@@ -47,6 +47,18 @@ def in_use() -> bool:
     return not switched_off and jax.default_backend() == "cpu" and available()
 
 
+def threads() -> int:
+    """Threads one call splits its placements over: `PLACETO_JAX_NATIVE_THREADS`, else the CPUs
+    this process may run on (so `taskset -c 0` gives one). Outputs do not depend on it."""
+    if "PLACETO_JAX_NATIVE_THREADS" in os.environ:
+        count = int(os.environ["PLACETO_JAX_NATIVE_THREADS"])
+        if count < 1:
+            raise ValueError(f"PLACETO_JAX_NATIVE_THREADS must be at least 1, not {count}")
+        return count
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
+
+
 def simulate_placements(graph, cluster, placements: jax.Array, broadcast: bool) -> tuple:
     """(makespan [R], start [R, Np], end [R, Np], peak memory [R, D], transfer start and arrival
     [R, Np, D], -inf where none) of placements [R, Np] int32 on a `SimGraph` and `SimCluster`;
@@ -86,4 +98,5 @@ def simulate_placements(graph, cluster, placements: jax.Array, broadcast: bool) 
         cluster.delta2,
         placements,
         broadcast=bool(broadcast),
+        threads=np.int32(threads()),
     )
