@@ -138,6 +138,16 @@ def test_outputs_do_not_depend_on_the_thread_count(monkeypatch):
     for other in outputs[1:]:
         for x, y in zip(outputs[0], other, strict=True):
             np.testing.assert_array_equal(x, y)
-    monkeypatch.setenv("PLACETO_JAX_NATIVE_THREADS", "0")
-    with pytest.raises(ValueError, match="PLACETO_JAX_NATIVE_THREADS must be at least 1, not 0"):
-        native.threads()
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("PLACETO_JAX_NATIVE_THREADS", bad)
+        with pytest.raises(ValueError, match=f"must be an integer >= 1, not '{bad}'"):
+            native.threads()
+
+
+def test_a_library_that_does_not_load_is_a_clear_error(monkeypatch, tmp_path):
+    broken = tmp_path / "_native.so"
+    broken.write_text("not a shared library")
+    spec = importlib.util.spec_from_file_location(native.LIBRARY, broken)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    with pytest.raises(RuntimeError, match=r"does not load.*PLACETO_JAX_NATIVE=0"):
+        native.available.__wrapped__()

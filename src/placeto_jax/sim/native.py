@@ -32,7 +32,13 @@ def available() -> bool:
     spec = importlib.util.find_spec(LIBRARY)
     if spec is None or spec.origin is None:
         return False
-    library = ctypes.CDLL(spec.origin)
+    try:
+        library = ctypes.CDLL(spec.origin)
+    except OSError as error:
+        raise RuntimeError(
+            f"the native simulator at {spec.origin} does not load ({error}); rebuild it with "
+            "`pip install -e .`, or set PLACETO_JAX_NATIVE=0 to run the JAX loops"
+        ) from error
     for dtype, symbol in _SYMBOLS.items():
         handler = jax.ffi.pycapsule(getattr(library, symbol))
         jax.ffi.register_ffi_target(_target(dtype), handler, platform="cpu")
@@ -51,10 +57,10 @@ def threads() -> int:
     """Threads one call splits its placements over: `PLACETO_JAX_NATIVE_THREADS`, else the CPUs
     this process may run on (so `taskset -c 0` gives one). Outputs do not depend on it."""
     if "PLACETO_JAX_NATIVE_THREADS" in os.environ:
-        count = int(os.environ["PLACETO_JAX_NATIVE_THREADS"])
-        if count < 1:
-            raise ValueError(f"PLACETO_JAX_NATIVE_THREADS must be at least 1, not {count}")
-        return count
+        text = os.environ["PLACETO_JAX_NATIVE_THREADS"]
+        if not text.strip().isdigit() or int(text) < 1:
+            raise ValueError(f"PLACETO_JAX_NATIVE_THREADS must be an integer >= 1, not {text!r}")
+        return int(text)
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity else os.cpu_count() or 1
 
