@@ -216,10 +216,18 @@ def memory_row() -> dict:
         "print(json.dumps({'n_ops': g.n_ops, 'peak_rss_gb': "
         "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return fresh_process(code, {"graph": spec, "batch": batch})
+
+
+def fresh_process(code: str, row: dict, env: dict | None = None) -> dict:
+    """`row` with the JSON object that `code` prints last, run in a fresh Python process (or
+    with the error it ended with)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env or os.environ
+    )
     if done.returncode:
-        return {"graph": spec, "batch": batch, "error": done.stderr.strip()[-300:]}
-    return {"graph": spec, "batch": batch, **json.loads(done.stdout.strip().splitlines()[-1])}
+        return {**row, "error": done.stderr.strip()[-300:]}
+    return {**row, **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
 SEARCH = ("family:nmt/24", 4096)
@@ -241,11 +249,7 @@ def search_row(native_on: bool) -> dict:
         "'makespan_us': float(pj.simulate(g, c, s.placement, allow_split=True).makespan)}))\n"
     )
     env = {**os.environ, "PLACETO_JAX_NATIVE": "1" if native_on else "0"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    row = {"graph": spec, "evaluations": budget, "native": native_on}
-    if done.returncode:
-        return {**row, "error": done.stderr.strip()[-300:]}
-    return {**row, **json.loads(done.stdout.strip().splitlines()[-1])}
+    return fresh_process(code, {"graph": spec, "evaluations": budget, "native": native_on}, env)
 
 
 def main(argv: list[str] | None = None) -> int:

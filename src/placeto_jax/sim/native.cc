@@ -259,21 +259,19 @@ void PeakMemory(const GraphView<T>& g, const int32_t* place, Work<T>& w, const R
       const int32_t c = g.kids[j];
       w.use_at[place[c]] = std::max(w.use_at[place[c]], w.end_at[c]);
     }
-    const T* arrival = out.arrival + int64_t(v) * n_dev;
+    // v's remote devices (found at its completion) are those holding a copy: it arrived there.
+    const int32_t* remote = w.remote.data() + int64_t(v) * n_dev;
     const int32_t* arrive_at = w.arrive_at.data() + int64_t(v) * n_dev;
     int32_t home_free = w.use_at[home];
-    for (int32_t d = 0; d < n_dev; ++d) {
-      if (arrival[d] != -std::numeric_limits<T>::infinity()) {
-        home_free = std::max(home_free, arrive_at[d]);
-      }
+    for (int32_t i = 0; i < w.n_remote[v]; ++i) {
+      home_free = std::max(home_free, arrive_at[remote[i]]);
     }
     live[int64_t(home) * n_at + w.start_at[v]] += size;
     live[int64_t(home) * n_at + home_free] -= size;
-    for (int32_t d = 0; d < n_dev; ++d) {
-      if (d != home && w.use_at[d] >= 0) {
-        live[int64_t(d) * n_at + arrive_at[d]] += size;
-        live[int64_t(d) * n_at + w.use_at[d]] -= size;
-      }
+    for (int32_t i = 0; i < w.n_remote[v]; ++i) {
+      const int32_t d = remote[i];
+      live[int64_t(d) * n_at + arrive_at[d]] += size;
+      live[int64_t(d) * n_at + w.use_at[d]] -= size;
     }
   }
   for (int32_t d = 0; d < n_dev; ++d) {
