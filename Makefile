@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow lint bench bench-train bench-gpu bench-execute calibrate reproduce-quick reproduce clean
+.PHONY: install run test test-slow lint bench bench-train bench-gpu bench-execute calibrate reproduce-quick reproduce results-doc clean
 
 install: $(STAMP)
 
@@ -55,6 +55,9 @@ reproduce-quick: install  ## every paper experiment with CPU-sized budgets -> re
 reproduce: install  ## every paper experiment at paper scale (meant for a GPU)
 	$(VENV)/bin/placeto-jax reproduce all --full --data $(BENCHMARK_DATA)
 	$(VENV)/bin/placeto-jax sweep --preset paper --graphs family:nmt/0 --devices 4 --set lr=3e-4,1e-3,3e-3 --set entropy=0.01,0.03,0.1 --seeds 8
+
+results-doc: install  ## docs/results.md from results/ (every JSON result with the commit it measured); never edit it by hand
+	$(PY) experiments/results_doc.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache src/placeto_jax/sim/_native*.so

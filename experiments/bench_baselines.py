@@ -15,14 +15,12 @@ simulator evaluations of the search methods, `--learned-budget` those of the lea
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import tempfile
 from pathlib import Path
 
 import jax
 
 from placeto_jax import Cluster, resolve_graph
+from placeto_jax.files import write_result
 from placeto_jax.placers import METHODS, run_method
 
 LEARNED = ("rnn", "hierarchical")
@@ -78,7 +76,7 @@ def main() -> None:
         "seed": args.seed,
         "rows": rows,
     }
-    _write_json(Path(args.out), doc)
+    write_result(Path(args.out), doc)
     print(f"\nwrote {args.out}")
     for spec in args.graphs:
         print(f"\n{markdown([r for r in rows if r['graph'] == spec])}")
@@ -101,14 +99,6 @@ def markdown(rows: list[dict]) -> str:
             cells.append(f"{ms} | {r['evaluations']} | {r['wall_s']:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _write_json(path: Path, doc: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

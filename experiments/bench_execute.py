@@ -28,8 +28,9 @@ import jax
 import numpy as np
 from scipy.stats import spearmanr
 
-from bench_simulator import machine, write_json
+from bench_simulator import machine
 from placeto_jax.execute import execute, local_cluster, local_devices, op_graph, zoo_step
+from placeto_jax.files import write_result
 from placeto_jax.graphs.zoo import PARAM_ARGNUMS
 from placeto_jax.placers import colocate, run_method
 from placeto_jax.report import format_table
@@ -106,7 +107,7 @@ def main() -> None:
         f"{_rho(rhos['simulated_roofline_us'])}; with the transfer count: "
         f"{_rho(rhos['n_transfers'])}"
     )
-    write_json(
+    write_result(
         args.out,
         {
             "model": f"zoo:{MODEL}",

@@ -41,11 +41,11 @@ from bench_simulator import (
     random_placements,
     steady_state,
     timed,
-    write_json,
 )
 from bench_training import measure
 from bench_wide import DATA, graph_of, growth_summary, label, real_graphs
 from placeto_jax import precision
+from placeto_jax.files import write_result
 from placeto_jax.placers.simple import colocate
 from placeto_jax.sim import api
 
@@ -262,14 +262,14 @@ def main(argv: list[str] | None = None) -> int:
                 rates = ", ".join(f"B={r['batch']} {r['dtype']} {r['placements_per_s']:,.0f}"
                                   for r in data["real"][-len(plan["real"]):])  # fmt: skip
                 print(f"{label(spec)}: {rates} placements/s", flush=True)
-                write_json(args.out, data)
+                write_result(args.out, data)
     for n in plan["sizes"]:
         for b in plan["batches"]:
             if within_budget(f"simulator N={n} B={b}"):
                 data["simulator"].append(simulator_rate(n, b, args.min_time))
                 rate = data["simulator"][-1]["placements_per_s"]
                 print(f"simulator N={n} B={b}: {rate:,.0f} placements/s", flush=True)
-                write_json(args.out, data)
+                write_result(args.out, data)
     nodes, batch, updates = plan["trainer"]
     if within_budget("trainer"):
         data["trainer"] = measure(TRAINER_GRAPH, nodes, batch, updates, DEVICES)
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if data["skipped"]:
         print(f"skipped (over --budget-s {args.budget_s:g}): {', '.join(data['skipped'])}")
     data["wall_s"] = time.perf_counter() - began
-    write_json(args.out, data)
+    write_result(args.out, data)
     print(f"wrote {args.out}")
     return 0
 

@@ -19,7 +19,7 @@ import jax
 import placeto_jax as pj
 from placeto_jax.config import make_config
 from placeto_jax.env.bank import build_bank, prepare
-from placeto_jax.files import write_json
+from placeto_jax.files import write_result
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers.simple import random as random_placement
 from placeto_jax.report import format_table
@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = r[labels[0]]["wall_s"] / r[labels[1]]["wall_s"]
         table.append([r["graph"], str(r["ops"]), f"{r['start_ms']:.3f}", *cells, f"{ratio:.2f}x"])
     print(format_table(table))  # fmt: skip
-    write_json(args.out, {"passes": args.passes, "block": args.block, "devices": args.devices,
-                          "rows": rows})  # fmt: skip
+    write_result(args.out, {"passes": args.passes, "block": args.block, "devices": args.devices,
+                            "rows": rows})  # fmt: skip
     print(f"wrote {args.out}")
     return 0
 

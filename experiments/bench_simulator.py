@@ -434,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         "reference": list(reference.values()),
         "jax": jax_rows,
     }
-    write_json(args.out, data)
+    from placeto_jax.files import write_result
+
+    write_result(args.out, data)
     print(table(jax_rows, reference))
     print(checks_summary(jax_rows, reference))
     print(floors_summary(jax_rows, reference))

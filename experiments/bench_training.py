@@ -18,9 +18,10 @@ from pathlib import Path
 
 import jax
 
-from bench_simulator import machine, write_json
+from bench_simulator import machine
 from placeto_jax.config import make_config
 from placeto_jax.env import build_bank, prepare
+from placeto_jax.files import write_result
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.report import format_table
 from placeto_jax.rl.loop import cluster_of
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for nodes in args.nodes:
         for batch in args.batch:
             rows.append(measure(args.graph, nodes, batch, args.updates, args.devices))
-            write_json(args.out, {"machine": machine(), "rows": rows})  # so far
+            write_result(args.out, {"machine": machine(), "rows": rows})  # so far
             r = rows[-1]
             print(
                 f"  {r['nodes']} nodes, B={batch}: {r['decisions_per_s']:,.0f} decisions/s",
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     print(format_table(table))
-    write_json(args.out, {"machine": machine(), "backend": jax.default_backend(), "rows": rows})
+    write_result(args.out, {"machine": machine(), "backend": jax.default_backend(), "rows": rows})
     print(f"\nwrote {args.out}")
     return 0
 

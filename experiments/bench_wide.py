@@ -34,8 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import placeto_jax as pj
-from bench_simulator import machine, write_json
+from bench_simulator import machine
 from placeto_jax import precision
+from placeto_jax.files import write_result
 from placeto_jax.graphs.registry import load
 from placeto_jax.graphs.zoo import zoo_op_graph
 from placeto_jax.placers.simple import colocate
@@ -266,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.graphs or default_graphs():
         rows.append(measure(spec, args.batch, args.devices, args.repeats))
         print(f"  {label(spec)}: done", file=sys.stderr, flush=True)
-        write_json(args.out, {"machine": machine(), "rows": rows})  # so far
+        write_result(args.out, {"machine": machine(), "rows": rows})  # so far
     print(f"placements per second, B = {args.batch}, float64 (pj.simulate's default), ")
     print(f"{args.devices} devices; the reference is single-threaded (CPU s = wall s)")
     print(results_table(rows))
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if not all(r["outputs_equal"] and r["exact_against_reference"] for r in rows):
         print("WARNING: outputs differ between the loops or from the reference", file=sys.stderr)
     summary["self_peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
-    write_json(args.out, summary)
+    write_result(args.out, summary)
     print(f"\nwrote {args.out}")
     return 0
 

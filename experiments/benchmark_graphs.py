@@ -16,7 +16,6 @@ bus, delta1 5.7 µs, delta2 25 µs). Peak memory is reported, not enforced: "pea
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 
 import placeto_jax as pj
 from placeto_jax.cluster import GBPS
-from placeto_jax.files import atomic_write
+from placeto_jax.files import write_result
 from placeto_jax.graphs import BenchmarkGraph, load_benchmark, load_expert_split
 from placeto_jax.graphs.benchmark import benchmark_files, expert_split_file
 
@@ -140,13 +139,6 @@ def _pad(line: tuple[str, ...], widths: list[int]) -> list[str]:
     ]
 
 
-def write_json(path: Path, doc: dict) -> None:
-    """Write `doc` atomically (temp file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path) as file:
-        file.write((json.dumps(doc, indent=2) + "\n").encode())
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not args.data.is_dir():
@@ -157,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [summarise(args.data, path) for path in files]
     print(table(rows))
     cluster = pj.Cluster(n_devices=1)
-    write_json(
+    write_result(
         args.out,
         {
             "data": str(args.data),

@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
-import json
 import multiprocessing
 import os
 import sys
@@ -61,7 +60,7 @@ import numpy as np
 import optax
 
 import placeto_jax as pj
-from placeto_jax.files import atomic_write
+from placeto_jax.files import write_result
 from placeto_jax.graphs import hlo, profiled, zoo
 from placeto_jax.graphs.costs import DeviceSpec, op_cost_us
 from placeto_jax.graphs.measure import measure_eqn_us, median_time_us
@@ -450,9 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path) as file:
-        file.write((json.dumps(out, indent=2) + "\n").encode())
+    write_result(path, out)
     print(f"wrote {path}")
     return 0
 

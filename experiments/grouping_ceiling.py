@@ -24,7 +24,7 @@ import numpy as np
 
 import placeto_jax as pj
 from placeto_jax.env.bank import PlacementGraph, prepare
-from placeto_jax.files import write_json
+from placeto_jax.files import write_result
 from placeto_jax.graphs.registry import load
 from placeto_jax.placers import best_heuristic, scored
 from placeto_jax.placers.base import Solution
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'geometric mean':<48}", *(f"{geomean[g]:>20.3f}" for g in groupings))
     payload = {"family": args.family, "devices": args.devices, "cluster": "placeto-k80",
                "rows": rows, "geometric mean": geomean}  # fmt: skip
-    write_json(out, payload)
+    write_result(out, payload)
     print(f"wrote {out}")
     return 0
 

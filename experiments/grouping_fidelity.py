@@ -14,7 +14,6 @@ Run: `python experiments/grouping_fidelity.py [--placements 64] [--target 500]`
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import jax
@@ -23,7 +22,7 @@ from scipy import stats
 
 import placeto_jax as pj
 from calibrate import REDUCED, vit_step
-from placeto_jax.files import atomic_write
+from placeto_jax.files import write_result
 from placeto_jax.graphs import group, zoo
 from placeto_jax.graphs.trace import from_jax
 
@@ -96,11 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['spearman']['new']:>8.3f} {row['spearman']['old']:>7.3f}"
         )
     path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path) as file:
-        file.write(
-            (json.dumps({"placements": args.placements, "rows": rows}, indent=2) + "\n").encode()
-        )
+    write_result(path, {"placements": args.placements, "rows": rows})
     print(f"wrote {path}")
     return 0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import jax
 
-from placeto_jax.files import write_json
+from placeto_jax.files import write_result
 from placeto_jax.reproduce import improve
 
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     payload = {"family": args.family, "start": args.start, "overrides": args.set,
                "seconds": seconds, "summary": summaries, "rows": rows}  # fmt: skip
-    write_json(out, payload)
+    write_result(out, payload)
     print(f"wrote {out}")
     return 0
 

@@ -19,7 +19,7 @@ import json
 import math
 from pathlib import Path
 
-from placeto_jax.files import write_json
+from placeto_jax.files import write_result
 from placeto_jax.graphs.families import SPLITS
 from placeto_jax.plotting import draw_ratio_bars
 from placeto_jax.report import format_table
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         [s["family"], s["variant"], str(s["graphs"]), f"{s['geomean']:.3f}", f"{s['max']:.3f}",
          verdict(s)] for s in totals]))  # fmt: skip
     if args.out is not None:
-        write_json(args.out, {"rows": rows, "summary": totals})
+        write_result(args.out, {"rows": rows, "summary": totals})
         print(f"wrote {args.out}")
     if args.plot is not None:
         save_figure(args.plot, lambda figure: draw_ratio_bars(figure, rows, LIMITS))

@@ -6,7 +6,7 @@ import contextlib
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -39,3 +39,14 @@ def write_json(path: str | os.PathLike, payload: object) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as file:
         file.write(text.encode())
+
+
+def write_result(path: str | os.PathLike, payload: dict, argv: Sequence[str] | None = None) -> None:
+    """`payload` with a "provenance" key (commit, command line, library versions, time; see
+    `placeto_jax.provenance`) added, as `write_json` writes it. The payload is not modified;
+    one with its own "provenance" key is refused (ValueError)."""
+    from placeto_jax.provenance import provenance
+
+    if "provenance" in payload:
+        raise ValueError(f'{os.fspath(path)}: the payload has its own "provenance" key')
+    write_json(path, {**payload, "provenance": provenance(argv)})

@@ -1,6 +1,6 @@
 """What every experiment writes under `results/<experiment>/`: a provenance header (git commit,
-config, seeds, hardware, library versions, wall time), Markdown tables, CSV and JSON, and PNG
-plots. Every file is written atomically.
+command line, config, seeds, hardware, library versions, wall time), Markdown tables, CSV and
+JSON, and PNG plots. Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from placeto_jax.files import atomic_write
+from placeto_jax.files import atomic_write, write_result
 
 SEARCH_METHODS = ("local-search", "cross-entropy")  # the baselines that take a search budget
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "jraph", "chex", "numpy", "scipy", "pymetis")
@@ -187,13 +187,11 @@ class Recorder:
         )
 
     def finish(self, config: Mapping[str, Any], seeds: Sequence[int], notes: str = "") -> Path:
-        """Write `README.md` (header, notes, every section) and `header.json`; return the
-        README's path."""
+        """Write `README.md` (header, notes, every section) and `header.json` (with a
+        "provenance" block: commit, command line, versions); return the README's path."""
         header = self.header(config, seeds)
-        write_text(
-            self.directory / "header.json",
-            json.dumps(dataclasses.asdict(header), indent=1, default=_plain),
-        )
+        doc = json.loads(json.dumps(dataclasses.asdict(header), default=_plain))
+        write_result(self.directory / "header.json", doc)
         parts = [f"# {self.experiment} ({self.preset})\n", header.markdown() + "\n"]
         if notes:
             parts.append(notes.strip() + "\n")

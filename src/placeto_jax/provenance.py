@@ -1,0 +1,80 @@
+"""Provenance of a result: the commit it measured, the command that produced it, the library
+versions and the time. Host-side and cheap (two `git` calls, a few metadata lookups)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+PACKAGE = Path(__file__).resolve().parent  # src/placeto_jax
+LIBRARIES = ("placeto_jax", "jax", "jaxlib", "flax", "optax", "jraph", "numpy")
+
+
+def git(*argv: str, cwd: Path = PACKAGE) -> str | None:
+    """`git argv` run in `cwd`: its stdout stripped, or None when git fails or is missing."""
+    try:
+        out = subprocess.run(
+            ["git", *argv], cwd=cwd, capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def repository() -> Path | None:
+    """The root of the git checkout that holds this package's source, or None (an installed
+    copy, or a checkout of something else around it)."""
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or (Path(top) / "src" / "placeto_jax").resolve() != PACKAGE:
+        return None
+    return Path(top)
+
+
+def commit_and_dirty() -> tuple[str | None, bool | None]:
+    """(HEAD's sha, whether tracked files outside results/ differ from it); (None, None)
+    outside the package's checkout."""
+    root = repository()
+    if root is None:
+        return None, None
+    sha = git("rev-parse", "HEAD", cwd=root)
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", cwd=root)
+    return sha, None if status is None else bool(status)
+
+
+def versions() -> dict[str, str | None]:
+    """Python's version and each library's installed version (None: not installed)."""
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def command(argv: Sequence[str] | None = None) -> str:
+    """`argv` (default: the interpreter's name and `sys.argv`) as one shell-quoted line."""
+    if argv is None:
+        argv = [Path(sys.executable).name, *sys.argv]
+    return shlex.join(argv)
+
+
+def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """{"commit", "dirty", "command", "versions", "utc"} of a result written now by the command
+    `argv` (default: this process's)."""
+    sha, dirty = commit_and_dirty()
+    utc = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {
+        "commit": sha,
+        "dirty": dirty,
+        "command": command(argv),
+        "versions": versions(),
+        "utc": utc,
+    }
