@@ -23,8 +23,9 @@ from placeto_jax.files import write_result
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers.simple import random as random_placement
 from placeto_jax.report import format_table
-from placeto_jax.rl.evaluate import Placement, polish_placements
+from placeto_jax.rl.evaluate import Placement
 from placeto_jax.rl.train import make_train
+from placeto_jax.stages.policy_search import polish_placements
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared/benchmarks/msr-fiddle/throughput-inputs/OperatorGraphs"

@@ -31,10 +31,7 @@ TINY = [
 PLACE_SINGLE = ["place", "example:diamond", "--method", "single", "--devices", "2"]
 PLACE_POLICY = ["place", "example:diamond", "--checkpoint", "{run}"]  # {run}: the trained run
 TRAIN_DIAMOND = ["train", "--graphs", "example:diamond", "--devices", "2", "--workdir", "{tmp}/w"]
-POLICY_ONLY = (  # the error for a policy option given with --method
-    "--start, --samples, --temperature, --passes, --group-target, --polish and "
-    "--polish-groups place"
-)
+POLICY_ONLY = "--method takes pipeline.squeeze only"  # any other pipeline field with --method
 
 
 def _train(workdir) -> int:
@@ -103,7 +100,7 @@ def test_eval_prints_one_row_per_graph(run_dir, capsys):
     )
     out = capsys.readouterr().out
     assert "single ms" in out and "example:diamond" in out and "layered:9" in out
-    assert "best heuristic ms" in out and "vs best" in out
+    assert "best heuristic ms" in out and "/ best" in out
     argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "layered:9", "--no-heuristics"]
     assert main(argv) == 0
     assert "best heuristic" not in capsys.readouterr().out
@@ -115,7 +112,7 @@ def test_train_and_place_compare_with_the_best_heuristic(run_dir, capsys):
     assert "against single device and the best of the fast heuristics" in out
     assert main(["place", "example:diamond", "--checkpoint", str(run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "best heuristic (" in out and "vs best heuristic" in out
+    assert "best heuristic (" in out and "/ best heuristic" in out
 
 
 def _simulated(spec: str, cluster: str, devices: int, placement: list[int]):
@@ -154,12 +151,12 @@ def test_place_and_eval_default_to_the_checkpoint_cluster(run_dir, capsys):
 
 
 def test_eval_coarsens_to_another_group_target_than_the_run(run_dir, capsys):
-    # The run placed layered:12 as its 12 ops; with --group-target 4 the policy decides for at
+    # The run placed layered:12 as its 12 ops; with group_targets=4 the policy decides for at
     # most 4 groups, and the placement and makespan are still the op graph's.
     argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "layered:12", "--json"]
     assert main(argv) == 0
     (ops,) = json.loads(capsys.readouterr().out)
-    assert main([*argv, "--group-target", "4"]) == 0
+    assert main([*argv, "--set", "pipeline.group_targets=4"]) == 0
     (grouped,) = json.loads(capsys.readouterr().out)
     assert ops["decisions"] == 12 and grouped["decisions"] <= 4
     assert len(grouped["placement"]) == 12
@@ -167,7 +164,7 @@ def test_eval_coarsens_to_another_group_target_than_the_run(run_dir, capsys):
     assert grouped["makespan_us"] == pytest.approx(float(simulated.makespan))
     # Both: each grouping plays its episode from the same key, and the faster placement is kept
     # (the 4-group one on a tie), with both rankings' simulations counted.
-    assert main([*argv, "--group-target", "4,0"]) == 0
+    assert main([*argv, "--set", "pipeline.group_targets=4,0"]) == 0
     (both,) = json.loads(capsys.readouterr().out)
     faster = ops if ops["makespan_us"] < grouped["makespan_us"] else grouped
     assert both["makespan_us"] == faster["makespan_us"] and both["nodes"] == faster["nodes"]
@@ -187,13 +184,14 @@ def test_place_with_a_baseline_method(capsys):
 
 
 def test_place_and_eval_improve_from_a_start(run_dir, capsys):
-    argv = ["place", "layered:12", "--checkpoint", str(run_dir), "--start", "best"]
-    assert main([*argv, "--samples", "2", "--temperature", "2", "--json"]) == 0
+    argv = ["place", "layered:12", "--checkpoint", str(run_dir), "--set", "pipeline.start=best"]
+    more = ["--set", "pipeline.samples=2", "--set", "pipeline.temperature=2", "--json"]
+    assert main([*argv, *more]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["start"].endswith("(best)") and doc["episodes"] == 3 and doc["temperature"] == 2
     assert doc["makespan_us"] <= doc["initial_makespan_us"]
     eval_argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "layered:12"]
-    assert main([*eval_argv, "--start", "best-op", "--no-heuristics"]) == 0
+    assert main([*eval_argv, "--set", "pipeline.start=best-op", "--no-heuristics"]) == 0
     out = capsys.readouterr().out
     assert "start ms" in out and "(best-op)" in out
 
@@ -202,7 +200,7 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     argv = ["place", "layered:24", "--checkpoint", str(run_dir), "--json"]
     assert main(argv) == 0
     plain = json.loads(capsys.readouterr().out)
-    assert main([*argv, "--polish", "2"]) == 0
+    assert main([*argv, "--set", "pipeline.search_ops=2"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["polish_steps"] == 2 * 24 + 1  # every op twice, and the initial simulation
     assert doc["makespan_us"] <= plain["makespan_us"]
@@ -210,12 +208,12 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     simulated = _simulated("layered:24", "placeto-k80", 2, doc["placement"])
     assert doc["makespan_us"] == pytest.approx(float(simulated.makespan))
     # Ranked proposals on 2 devices: the one other device on every pass, as without.
-    assert main([*argv, "--polish", "2", "--polish-ranked"]) == 0
+    assert main([*argv, "--set", "pipeline.search_ops=2", "--set", "pipeline.proposer=ranked"]) == 0
     ranked = json.loads(capsys.readouterr().out)
     assert ranked["placement"] == doc["placement"] and ranked["polish_steps"] == 2 * 24 + 1
     # In blocks of 8: on 2 devices every op's proposal is the other device, so every op is
     # simulated moved, twice, and the helpful moves of each block together besides.
-    assert main([*argv, "--polish", "2", "--polish-block", "8"]) == 0
+    assert main([*argv, "--set", "pipeline.search_ops=2", "--set", "pipeline.search_block=8"]) == 0
     blocks = json.loads(capsys.readouterr().out)
     assert blocks["polish_steps"] >= 2 * 24 + 1
     assert blocks["makespan_us"] <= plain["makespan_us"]
@@ -233,7 +231,7 @@ def test_place_squeezes_only_a_placement_that_overflows(run_dir, capsys, tmp_pat
     argv = ["place", str(wide), "--checkpoint", str(run_dir), "--json"]
     assert main(argv) == 0
     plain = json.loads(capsys.readouterr().out)
-    assert main([*argv, "--squeeze"]) == 0
+    assert main([*argv, "--set", "pipeline.squeeze=true"]) == 0
     squeezed = json.loads(capsys.readouterr().out)
     assert squeezed["squeeze_steps"] >= 1
     assert squeezed["evaluations"] == plain["evaluations"] + squeezed["squeeze_steps"]
@@ -247,7 +245,7 @@ def test_place_squeezes_only_a_placement_that_overflows(run_dir, capsys, tmp_pat
     fits = ["place", "layered:24", "--checkpoint", str(run_dir), "--json"]
     assert main(fits) == 0
     fitting = json.loads(capsys.readouterr().out)
-    assert main([*fits, "--squeeze"]) == 0
+    assert main([*fits, "--set", "pipeline.squeeze=true"]) == 0
     left = json.loads(capsys.readouterr().out)
     assert left["squeeze_steps"] == 0 and left["placement"] == fitting["placement"]
 
@@ -262,7 +260,7 @@ def test_place_method_squeezes_when_it_overflows(capsys, tmp_path):
     graph = pj.Graph.from_edges([10.0] * 6, [5e9] * 5 + [0.0], edges)
     pj.save_graph(graph, wide)
     argv = ["place", str(wide), "--method", "single", "--devices", "2", "--json"]
-    assert main([*argv, "--squeeze"]) == 0
+    assert main([*argv, "--set", "pipeline.squeeze=true"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["method"] == "single+squeeze" and doc["evaluations"] > 1
     cluster = pj.Cluster.preset("placeto-k80", 2)
@@ -275,19 +273,20 @@ def test_place_method_squeezes_when_it_overflows(capsys, tmp_path):
         for r in (alone, squeezed)
     )
     assert after < before
-    assert main([*PLACE_SINGLE, "--json", "--squeeze"]) == 0
+    assert main([*PLACE_SINGLE, "--json", "--set", "pipeline.squeeze=true"]) == 0
     assert json.loads(capsys.readouterr().out)["method"] == "single"
 
 
 def test_place_polishes_groups_before_ops(run_dir, capsys):
     # At most 4 groups of the 24 ops: two passes over the groups (one simulation each, and the
     # initial one), then two over the ops; the counts add up.
-    argv = ["place", "layered:24", "--checkpoint", str(run_dir), "--json", "--group-target", "4"]
-    assert main([*argv, "--polish-groups", "2"]) == 0
+    argv = ["place", "layered:24", "--checkpoint", str(run_dir), "--json"]
+    argv += ["--set", "pipeline.group_targets=4"]
+    assert main([*argv, "--set", "pipeline.search_groups=2"]) == 0
     groups = json.loads(capsys.readouterr().out)
     assert groups["nodes"] <= 4 and groups["polish_steps"] == 2 * groups["decisions"] + 1
     assert groups["makespan_us"] <= groups["initial_makespan_us"]
-    assert main([*argv, "--polish-groups", "2", "--polish", "2"]) == 0
+    assert main([*argv, "--set", "pipeline.search_groups=2", "--set", "pipeline.search_ops=2"]) == 0
     both = json.loads(capsys.readouterr().out)
     assert both["polish_steps"] == groups["polish_steps"] + 2 * 24 + 1
     assert both["makespan_us"] <= groups["makespan_us"]
@@ -298,7 +297,14 @@ def test_place_polishes_groups_before_ops(run_dir, capsys):
 def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys):
     start = tmp_path / "start.json"
     start.write_text(json.dumps([0, 1]))
-    argv = ["place", "example:diamond", "--checkpoint", str(run_dir), "--start", str(start)]
+    argv = [
+        "place",
+        "example:diamond",
+        "--checkpoint",
+        str(run_dir),
+        "--set",
+        f"pipeline.start={start}",
+    ]
     assert main(argv) == 2
     assert "placement has 2 entries; the graph has 4 ops" in capsys.readouterr().err
 
@@ -352,67 +358,61 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             "bad value 'zero' for config train.episodes",
         ),
         (
-            [*PLACE_POLICY, "--start", "bogus"],
+            [*PLACE_POLICY, "--set", "pipeline.start=bogus"],
             "unknown start 'bogus': choose one of random, single, metis",
         ),
         ([*TRAIN_DIAMOND, "--start", "bogus"], "unknown start 'bogus'"),
+        ([*PLACE_SINGLE, "--set", "pipeline.start=best"], POLICY_ONLY),
+        ([*PLACE_SINGLE, "--set", "pipeline.search_ops=1"], POLICY_ONLY),
+        ([*PLACE_SINGLE, "--pipeline", "search"], "not with --pipeline"),
         (
-            ["place", "example:diamond", "--method", "single", "--devices", "2", "--start", "best"],
-            POLICY_ONLY,
+            ["place", "example:diamond", "--pipeline", "search", "--devices", "2"],
+            "this pipeline places with a policy",
+        ),
+        (["place", "example:diamond", "--pipeline", "heuristics"], "needs --devices"),
+        ([*PLACE_POLICY, "--budget", "8"], "--budget is for --method's search methods"),
+        (
+            [*PLACE_POLICY, "--set", "pipeline.search_ops=-2"],
+            "pipeline.search_ops must be in [0, 64], or -1",
         ),
         (
-            ["place", "example:diamond", "--method", "single", "--devices", "2", "--polish", "1"],
-            POLICY_ONLY,
+            [*PLACE_POLICY, "--set", "pipeline.search_groups=-1"],
+            "pipeline.search_groups must be in [0, 64]",
         ),
         (
-            [*PLACE_POLICY, "--polish", "-1"],
-            "--polish must be >= 0, got -1",
+            [*PLACE_POLICY, "--set", "pipeline.search_block=0"],
+            "pipeline.search_block must be in [1, 4096]",
         ),
         (
-            [*PLACE_POLICY, "--polish-groups", "-1"],
-            "--polish-groups must be >= 0, got -1",
+            [*PLACE_POLICY, "--set", "pipeline.search_block=4"],
+            "pipeline.search_block sets how search_ops proposes: set search_ops too",
         ),
-        ([*PLACE_SINGLE, "--polish-groups", "1"], POLICY_ONLY),
+        ([*PLACE_POLICY, "--set", "pipeline.samples=-1"], "pipeline.samples must be in [0, 4096]"),
         (
-            [*PLACE_POLICY, "--polish-block", "0"],
-            "--polish-block must be >= 1, got 0",
-        ),
-        (
-            [*PLACE_POLICY, "--polish-block", "4"],
-            "--polish-block sets how --polish proposes moves: give --polish P too",
+            [*PLACE_POLICY, "--set", "pipeline.group_targets=8,-2"],
+            "pipeline.group_targets must be >= 0",
         ),
         (
-            [*PLACE_SINGLE, "--polish-block", "4"],
-            POLICY_ONLY,
+            [*PLACE_POLICY, "--set", "pipeline.group_targets=8;16"],
+            "bad value '8;16' for config pipeline.group_targets",
         ),
         (
-            [*PLACE_POLICY, "--polish-ranked"],
-            "--polish-ranked sets how --polish proposes moves: give --polish P too",
-        ),
-        ([*PLACE_SINGLE, "--polish-ranked"], POLICY_ONLY),
-        (
-            [*PLACE_POLICY, "--samples", "-1"],
-            "--samples must be >= 0",
+            [*PLACE_POLICY, "--set", "pipeline.temperature=0"],
+            "pipeline.temperature must be > 0",
         ),
         (
-            [*PLACE_POLICY, "--group-target", "-1"],
-            "--group-target must be >= 0, got -1",
+            [*PLACE_POLICY, "--set", "pipeline.temperature=2"],
+            "pipeline.temperature sets the sampled episodes: set samples too",
+        ),
+        ([*PLACE_POLICY, "--set", "samples=2"], "expected pipeline.FIELD=VALUE"),
+        ([*PLACE_POLICY, "--set", "pipeline.colour=red"], "unknown config key 'pipeline.colour'"),
+        (
+            [*PLACE_POLICY, "--set", "pipeline.samples=1", "--set", "pipeline.samples=2"],
+            "--set pipeline.samples is given twice",
         ),
         (
-            [*PLACE_POLICY, "--group-target", "8,-2"],
-            "--group-target must be >= 0, got -2",
-        ),
-        (
-            [*PLACE_POLICY, "--group-target", "8;16"],
-            "--group-target takes node counts separated by commas, got '8;16'",
-        ),
-        (
-            [*PLACE_SINGLE, "--group-target", "4"],
-            POLICY_ONLY,
-        ),
-        (
-            [*PLACE_POLICY, "--temperature", "0"],
-            "--temperature must be finite and > 0, got 0.0",
+            [*PLACE_POLICY, "--set", "pipeline.proposer=best"],
+            "pipeline.proposer='best' is not one of policy, ranked, random",
         ),
     ],
 )

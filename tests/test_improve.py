@@ -16,9 +16,9 @@ from placeto_jax.env import PlacetoEnv, build_bank, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs import generators
 from placeto_jax.reproduce.improve import Outcome, faster, summary
-from placeto_jax.reproduce.starts import start_result, started
 from placeto_jax.rl.evaluate import Placement, best_of_groupings, place_with
 from placeto_jax.rl.train import make_train, sample_action
+from placeto_jax.stages.starts import start_result, started
 
 # Two devices, fast buses, no overheads: makespans by hand.
 CLUSTER = Cluster(n_devices=2, speed=1.0, bandwidth=1000.0, delta1=0.0, delta2=0.0)

@@ -41,7 +41,15 @@ def test_a_package_imports_only_what_it_builds_on(package, allowed):
 
 
 @pytest.mark.parametrize(
-    ("package", "forbidden"), [("rl", "placeto_jax.placers"), ("reproduce", "placeto_jax.cli")]
+    ("package", "forbidden"),
+    [
+        ("rl", "placeto_jax.placers"),
+        ("rl", "placeto_jax.stages"),
+        ("rl", "placeto_jax.pipeline"),
+        ("stages", "placeto_jax.pipeline"),
+        ("stages", "placeto_jax.cli"),
+        ("reproduce", "placeto_jax.cli"),
+    ],
 )
 def test_a_package_does_not_import_what_builds_on_it(package, forbidden):
     for path in modules(package):

@@ -135,6 +135,86 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+Source = Literal["policy", "heuristics"]
+Proposer = Literal["policy", "ranked", "random"]
+EVERY_OTHER_DEVICE = -1  # `Pipeline.search_ops`: one pass per other device (D - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """How `placeto_jax.place` chains its stages (docs/architecture.md, "The place pipeline"):
+    a first placement (the policy's episodes, or the best fast heuristic), then optional search
+    stages on the op graph, each counted in evaluations and wall time. Not part of a run's
+    `Config`: one policy can be placed with any pipeline."""
+
+    source: Source = "policy"  # first placement: the policy's episodes, or the best heuristic
+    start: str = ""  # episodes start from a `stages.starts.STARTS` name or a placement
+    #                  file ("": the run's own, random unless it trained from given starts)
+    samples: int = 0  # sampled episodes per graph besides the greedy one
+    temperature: float = 1.0  # of the sampled episodes: logits divided by it
+    passes: int = 0  # visits of every node per episode (0: the run's own)
+    group_targets: tuple[int, ...] = ()  # coarsenings played, the best kept (): the run's own
+    search_groups: int = 0  # passes of policy-guided search over the policy's groups
+    search_ops: int = 0  # passes of policy-guided search over the op graph (-1: D - 1)
+    proposer: Proposer = "policy"  # the op-level search's moves (random: every stage's)
+    search_block: int = 1  # op-level proposals simulated together (1: one at a time)
+    random_passes: int = 0  # passes of uniformly random proposals after the op-level search
+    second_start: bool = False  # the op-level search also from the fastest other heuristic
+    squeeze: bool = False  # the memory squeeze last, where the placement overflows
+
+    def __post_init__(self) -> None:
+        validate_pipeline(self)
+
+    @property
+    def uses_policy(self) -> bool:
+        """Whether a stage needs a trained policy."""
+        searches = (self.search_groups, self.search_ops, self.random_passes)
+        return self.source == "policy" or any(searches)
+
+
+def validate_pipeline(pipeline: Pipeline) -> None:
+    """ValueError naming the first bad field of `pipeline`."""
+    hints = _hints(Pipeline)
+    for f in dataclasses.fields(Pipeline):
+        value = getattr(pipeline, f.name)
+        if not _has_type(value, hints[f.name]):
+            raise ValueError(f"pipeline.{f.name}={value!r} must be {_type_name(hints[f.name])}")
+        allowed = typing.get_args(hints[f.name])
+        if typing.get_origin(hints[f.name]) is Literal and value not in allowed:
+            raise ValueError(
+                f"pipeline.{f.name}={value!r} is not one of {', '.join(map(str, allowed))}"
+            )
+    p = pipeline
+    checks = [
+        ("samples", 0 <= p.samples <= MAX_SAMPLES, f"must be in [0, {MAX_SAMPLES}]"),
+        ("temperature", p.temperature > 0, "must be > 0"),
+        ("passes", 0 <= p.passes <= MAX_PASSES, f"must be in [0, {MAX_PASSES}]"),
+        ("group_targets", all(t >= 0 for t in p.group_targets), "must be >= 0"),
+        ("search_groups", 0 <= p.search_groups <= MAX_PASSES, f"must be in [0, {MAX_PASSES}]"),
+        ("search_ops", EVERY_OTHER_DEVICE <= p.search_ops <= MAX_PASSES,
+         f"must be in [0, {MAX_PASSES}], or -1 (one pass per other device)"),
+        ("search_block", 1 <= p.search_block <= 4096, "must be in [1, 4096]"),
+        ("random_passes", 0 <= p.random_passes <= MAX_PASSES, f"must be in [0, {MAX_PASSES}]"),
+    ]  # fmt: skip
+    for name, ok, why in checks:
+        if not ok:
+            raise ValueError(f"pipeline.{name} {why}")
+    needs = [("samples", p.samples), ("temperature", p.temperature != 1.0),
+             ("passes", p.passes), ("group_targets", p.group_targets),
+             ("start", p.start), ("search_groups", p.search_groups)]  # fmt: skip
+    if p.source == "heuristics" and any(value for _, value in needs):
+        used = next(name for name, value in needs if value)
+        raise ValueError(f"pipeline.{used} sets the policy's episodes: not with source=heuristics")
+    if p.search_block > 1 and not p.search_ops:
+        raise ValueError("pipeline.search_block sets how search_ops proposes: set search_ops too")
+    if p.temperature != 1.0 and not p.samples:
+        raise ValueError("pipeline.temperature sets the sampled episodes: set samples too")
+
+
+MAX_SAMPLES = 4096  # sampled episodes per graph
+MAX_PASSES = 64  # passes of an episode or a search stage
+
+
 def validate(config: Config) -> None:
     """ValueError naming the first bad field: a value of the wrong type (a boolean for a
     number, say), a non-finite number, or one out of its range."""
@@ -351,3 +431,47 @@ def _from_text(hint: Any, text: str) -> Any:
     if origin in (Literal, types.UnionType) or hint is str:
         return text
     raise ValueError(text)
+
+
+PIPELINES: dict[str, Pipeline] = {
+    # The policy's own episodes: the greedy one (and `samples` sampled), nothing else.
+    "policy": Pipeline(),
+    # The best fast heuristic on the op graph (`placers.FAST_HEURISTICS`); no policy.
+    "heuristics": Pipeline(source="heuristics"),
+    # The configuration of record (docs/findings.md): episodes from the best heuristic, K = 32
+    # samples at T = 8, policy-guided search over the groups then the ops (ranked proposals,
+    # D - 1 passes) from that start and from the fastest other heuristic, 3 random passes,
+    # the memory squeeze.
+    "search": Pipeline(
+        start="best-op",
+        samples=32,
+        temperature=8.0,
+        search_groups=2,
+        search_ops=EVERY_OTHER_DEVICE,
+        proposer="ranked",
+        random_passes=3,
+        second_start=True,
+        squeeze=True,
+    ),
+}
+
+
+def make_pipeline(name: str | None = None, overrides: list[str] = ()) -> Pipeline:
+    """The named pipeline (`PIPELINES`; None: "policy") with `pipeline.FIELD=VALUE` overrides
+    (CLI `--set`); ValueError naming an unknown name, key or a bad value."""
+    name = name or "policy"
+    if name not in PIPELINES:
+        raise ValueError(f"unknown pipeline {name!r}; the pipelines are {', '.join(PIPELINES)}")
+    values, seen = {}, set()
+    for item in overrides:
+        key, eq, text = (part.strip() for part in item.partition("="))
+        section, dot, field = key.partition(".")
+        if not eq or section != "pipeline" or not dot:
+            raise ValueError(
+                f"bad --set {item!r}: expected pipeline.FIELD=VALUE, e.g. pipeline.samples=16"
+            )
+        if key in seen:
+            raise ValueError(f"--set {key} is given twice; give it once")
+        seen.add(key)
+        values[field] = _parse(Pipeline, field, text, key)
+    return dataclasses.replace(PIPELINES[name], **values)

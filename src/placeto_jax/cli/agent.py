@@ -1,5 +1,6 @@
 """The learning commands of `placeto-jax`: `train` a Placeto policy, `place` a graph with a
-trained policy (zero-shot) or a baseline method, `eval` a policy over graphs.
+named pipeline (`placeto_jax.pipeline`: a trained policy zero-shot, the heuristics, search) or a
+baseline method, `eval` a policy over graphs.
 
 The policy runs in float32; the placements it returns are then simulated exactly (float64) on the
 op graph for every number printed. `place` and `eval` place on the checkpoint's cluster preset,
@@ -11,17 +12,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import re
 import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
 from placeto_jax.cli.format import (
     devices_line,
@@ -30,33 +28,38 @@ from placeto_jax.cli.format import (
     method_table,
     policy_json,
     policy_table,
-    search_line,
+    stages_line,
     train_text,
 )
 from placeto_jax.cli.options import DEFAULT_CLUSTER, add_cluster_option, add_seed_option
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import PRESETS, Config, apply, make_config
-from placeto_jax.env.bank import PlacementGraph, build_bank
+from placeto_jax.config import (
+    PIPELINES,
+    PRESETS,
+    Config,
+    Pipeline,
+    apply,
+    make_config,
+    make_pipeline,
+)
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.placements import save_placement
 from placeto_jax.graphs.registry import resolve_graph
-from placeto_jax.placers import METHODS, PlacerResult, best_heuristic, run_method, scored
-from placeto_jax.placers.base import Solution
-from placeto_jax.placers.squeeze import squeeze
-from placeto_jax.reproduce.starts import STARTS, check_start, started
-from placeto_jax.rl.checkpoint import Checkpointer, load_run
-from placeto_jax.rl.evaluate import (
-    Placement,
-    best_of_groupings,
-    found_placements,
-    improved,
-    kept_groupings,
-    place_graphs,
-    polish_placements,
+from placeto_jax.pipeline import (
+    Policy,
+    check,
+    place,
+    place_many,
+    starting_config,
+    starting_graphs,
 )
+from placeto_jax.placers import METHODS, run_method
+from placeto_jax.placers.search import DEFAULT_BUDGET
+from placeto_jax.rl.evaluate import found_placements
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
-from placeto_jax.rl.train import make_train
+from placeto_jax.stages.policy_search import squeezed_method
+from placeto_jax.stages.starts import STARTS
 
 CHECKPOINT_CLUSTER = "the checkpoint's"
 
@@ -116,16 +119,19 @@ def add_agent_commands(commands) -> None:
 
     place = commands.add_parser(
         "place",
-        help="place a graph with a trained policy (zero-shot) or a baseline method",
-        description="Place GRAPH with the policy in a checkpoint directory (without training), "
-        "or with a baseline placement method.",
-        epilog="methods:\n" + "\n".join(f"  {m.name:<14} {m.summary}" for m in METHODS.values()),
+        help="place a graph with a pipeline (a trained policy, the heuristics) or one method",
+        description="Place GRAPH with a named pipeline of stages (the policy in a checkpoint "
+        "directory, without training; or the best fast heuristic), or with one baseline "
+        "method. --set pipeline.FIELD=V changes a stage.",
+        epilog=PIPELINES_EPILOG
+        + "\nmethods:\n"
+        + "\n".join(f"  {m.name:<14} {m.summary}" for m in METHODS.values()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     place.add_argument("graph", metavar="GRAPH", help="graph file or built-in graph")
-    source = place.add_mutually_exclusive_group(required=True)
+    source = place.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", metavar="DIR", help="run directory of a trained policy")
-    source.add_argument("--method", metavar="NAME", help="a baseline method (listed below)")
+    source.add_argument("--method", metavar="NAME", help="one baseline method (listed below)")
     place.add_argument(
         "--devices",
         type=int,
@@ -133,13 +139,16 @@ def add_agent_commands(commands) -> None:
         help="device count (with --checkpoint: must match the checkpoint's)",
     )
     add_cluster_option(
-        place, None, f"{CHECKPOINT_CLUSTER} with --checkpoint, {DEFAULT_CLUSTER} with --method"
+        place, None, f"{CHECKPOINT_CLUSTER} with --checkpoint, {DEFAULT_CLUSTER} otherwise"
     )
     place.add_argument(
-        "--budget", type=int, metavar="N", help="simulator evaluations for the search methods"
+        "--budget",
+        type=int,
+        metavar="N",
+        help=f"simulator evaluations for --method's search methods (default: {DEFAULT_BUDGET})",
     )
     add_seed_option(place)
-    add_improve_options(place)
+    add_pipeline_options(place)
     place.add_argument("-o", "--output", metavar="FILE", help="write the placement (JSON)")
     place.add_argument("--json", action="store_true", help="print one JSON object")
     place.set_defaults(command=_place)
@@ -147,7 +156,10 @@ def add_agent_commands(commands) -> None:
     evaluate = commands.add_parser(
         "eval",
         help="evaluate a trained policy on graphs (a table)",
-        description="Greedy placements of every graph by the policy in a checkpoint directory.",
+        description="Place every graph with the policy in a checkpoint directory (a named "
+        "pipeline, by default the policy's own episodes), next to the best fast heuristic.",
+        epilog=PIPELINES_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     evaluate.add_argument("--checkpoint", required=True, metavar="DIR", help="run directory")
     evaluate.add_argument("--graphs", required=True, metavar="NAME[,NAME...]", help="graphs")
@@ -155,8 +167,40 @@ def add_agent_commands(commands) -> None:
     evaluate.add_argument("--json", action="store_true", help="print a JSON list")
     evaluate.add_argument("--no-heuristics", action="store_true", help=NO_HEURISTICS)
     add_seed_option(evaluate)
-    add_improve_options(evaluate)
+    add_pipeline_options(evaluate)
     evaluate.set_defaults(command=_eval)
+
+
+PIPELINES_EPILOG = (
+    "pipelines (--pipeline NAME):\n"
+    + "\n".join(
+        f"  {name:<14} {summary}"
+        for name, summary in (
+            ("policy", "the policy's own episodes (greedy; pipeline.samples sampled ones)"),
+            ("heuristics", "the best fast heuristic on the op graph (no policy)"),
+            ("search", "episodes from the best heuristic, then policy-guided and random search"),
+        )
+    )
+    + "\n  fields: "
+    + ", ".join(f.name for f in dataclasses.fields(Pipeline))
+)
+
+
+def add_pipeline_options(parser: argparse.ArgumentParser) -> None:
+    """`--pipeline NAME` and `--set pipeline.FIELD=V` (repeatable)."""
+    parser.add_argument(
+        "--pipeline",
+        choices=sorted(PIPELINES),
+        default=None,
+        help="the stages: a named pipeline (default: policy with --checkpoint, heuristics without)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="pipeline.FIELD=V",
+        help="change one field of the pipeline, e.g. pipeline.samples=16 (repeatable)",
+    )
 
 
 def add_start_option(parser: argparse.ArgumentParser, default: str | None) -> None:
@@ -171,86 +215,6 @@ def add_start_option(parser: argparse.ArgumentParser, default: str | None) -> No
         "graph regrouped within it), or a placement FILE; anything but random is improve "
         f"mode: the result is never slower than the start (default: {shown})",
     )
-
-
-def add_improve_options(parser: argparse.ArgumentParser) -> None:
-    """`--start`, `--samples`, `--temperature`, `--passes`, `--group-target`, `--polish` and
-    `--no-progress` of `place` and `eval`."""
-    add_start_option(parser, None)
-    parser.add_argument(
-        "--samples",
-        type=int,
-        default=0,
-        metavar="K",
-        help="sampled episodes per graph besides the greedy one; the best placement any of "
-        "them visits is kept, by exact simulation (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=1.0,
-        metavar="T",
-        help="sampling temperature of the --samples episodes: logits divided by T (> 1 wider, "
-        "1 the policy's own distribution; the greedy episode is unchanged) "
-        "(default: %(default)s)",
-    )
-    parser.add_argument(
-        "--passes", type=int, metavar="P", help="passes per episode (default: the run's own)"
-    )
-    parser.add_argument(
-        "--group-target",
-        metavar="N[,N...]",
-        help="coarsen each graph to at most N nodes for the policy's episodes (0: none; "
-        "default: the run's own); several: play each and keep the best by exact simulation. "
-        "The policy does not depend on the graph's size: one trained on 48 groups of ptb "
-        "graphs placed the test graphs 1.18x METIS's makespan at 256 groups, 1.52x at 48, "
-        "1.08x with the best of 48,128,256,512",
-    )
-    parser.add_argument(
-        "--polish",
-        type=int,
-        default=0,
-        metavar="P",
-        help="then P passes of policy-guided search on the op graph: each op in turn moved to "
-        "the policy's most likely other device, kept only if the simulated step time drops "
-        "(one simulation per op and pass) (default: %(default)s, none)",
-    )
-    parser.add_argument(
-        "--polish-groups",
-        type=int,
-        default=0,
-        metavar="P",
-        help="before --polish: P passes of the same search over the groups the policy placed, "
-        "each move taking a whole group, still judged on the op graph (one simulation per group "
-        "and pass) (default: %(default)s, none)",
-    )
-    parser.add_argument(
-        "--polish-block",
-        type=int,
-        default=1,
-        metavar="M",
-        help="with --polish: propose M moves at a time from the current placement, simulate "
-        "them in one batch and keep the best of the helpful ones alone and together; faster "
-        "on graphs of thousands of ops (2.5x on a 4,384-op graph), slower below, and it gains "
-        "less per pass (default: %(default)s, one move at a time)",
-    )
-    parser.add_argument(
-        "--polish-ranked",
-        action="store_true",
-        help="with --polish: on pass p propose each op's p-th most likely other device instead "
-        "of its most likely every time, so that D - 1 passes try every device for every op in "
-        "the policy's order",
-    )
-    parser.add_argument(
-        "--squeeze",
-        action="store_true",
-        help="last, where a placement (the policy's, or --method's) overflows a device's "
-        "memory: chains of up to 3 moves "
-        "aimed at the tensors live at the fullest device's peak, kept when the overflow (then "
-        "the step time) drops (at most 4,096 simulations per graph; docs/agent.md, "
-        "'The memory squeeze')",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 INTERRUPTED = 130  # exit status of a train stopped by Ctrl-C (128 + SIGINT)
@@ -271,7 +235,8 @@ def _train(args: argparse.Namespace) -> int:
     config = starting_config(config, args.start)
     workdir = args.workdir or _default_workdir(args.graphs, args.devices, args.seed)
     graphs = load_graphs(args.graphs, config)  # every graph read and checked before any write
-    graphs = starting_graphs(graphs, config, args.start, args.seed)
+    graphs = starting_graphs(graphs, config, args.start, jax.random.key(args.seed),
+                             cluster_of(config))  # fmt: skip
     if args.coordinator:
         _join(args)
     mesh = episode_mesh() if jax.device_count() > 1 else None
@@ -282,25 +247,14 @@ def _train(args: argparse.Namespace) -> int:
     except TrainingInterrupted as stop:
         print(f"placeto-jax: {stop}", file=sys.stderr)
         return INTERRUPTED
-    cluster = cluster_of(config)
-    found = found_placements(result.state)
-    placements = place_graphs(config, result.state.params, graphs, cluster, found=found)
-    heuristics = None
-    if not args.no_heuristics:
-        heuristics = heuristics_of(graphs, cluster, args.seed, progress=not args.no_progress)
-    print(train_text(config, placements, heuristics, workdir))
+    policy = Policy(config, result.state.params, tuple(found_placements(result.state)))
+    pipeline = Pipeline(start=args.start) if args.start not in (None, "random") else Pipeline()
+    placed = place_many(
+        [(pg.name, pg.op_graph or pg.graph) for pg in graphs], cluster_of(config), pipeline,
+        policy, jax.random.key(args.seed), compare=not args.no_heuristics,
+    )  # fmt: skip
+    print(train_text(config, placed, workdir))
     return 0
-
-
-def heuristics_of(
-    graphs: list[PlacementGraph], cluster: Cluster, seed: int, progress: bool = False
-) -> list[PlacerResult]:
-    """The best fast heuristic (`placers.best_heuristic`) on the op graph of each graph."""
-    key = jax.random.key(seed)
-    return [
-        best_heuristic(pg.op_graph or pg.graph, cluster, key)
-        for pg in tqdm(graphs, desc="heuristics", unit="graph", disable=not progress)
-    ]
 
 
 def _join(args: argparse.Namespace) -> None:
@@ -352,177 +306,39 @@ def _default_workdir(graphs: str, devices: int, seed: int) -> str:
     return str(Path("runs") / f"{slug}-d{devices}-s{seed}")
 
 
-def starting_config(config: Config, start: str | None) -> Config:
-    """`config` with episodes from random placements (`start` "random"), from given starts
-    (any other start), or as it is (None)."""
-    if start is None:
-        return config
-    check_start(start)
-    kind = "random" if start == "random" else "given"
-    return apply(config, {"env.initial_placement": kind})
-
-
-def starting_graphs(
-    graphs: list[PlacementGraph], config: Config, start: str | None, seed: int
-) -> list[PlacementGraph]:
-    """`graphs` with the start `start` names (`reproduce.improve.started`) when `config`
-    starts episodes from given starts; ValueError when it does and no start is named."""
-    if config.env.initial_placement != "given":
-        return graphs
-    if start is None:
-        raise ValueError(
-            "this policy was trained from given starts (env.initial_placement=given); "
-            f"name one with --start ({', '.join(STARTS[1:])} or a placement file)"
-        )
-    return started(graphs, cluster_of(config), start, jax.random.key(seed))
-
-
 # ---------------------------------------------------------------------- place / eval
-def run_config(checkpoint: str, devices: int | None, cluster: str | None) -> Config:
-    """The config of the run in `checkpoint`, placing on cluster preset `cluster` (None: the
-    run's own) with the run's device count; ValueError if `devices` is given and differs from
-    it, or `cluster` is unknown."""
-    config, _ = load_run(checkpoint)
-    if devices is not None and devices != config.n_devices:
-        raise ValueError(
-            f"the policy in {checkpoint} places on {config.n_devices} devices, not {devices}; "
-            f"train one for {devices} devices"
-        )
-    if cluster is None:
-        return config
-    Cluster.preset(cluster, config.n_devices)  # an unknown name fails here
-    return dataclasses.replace(config, cluster_preset=cluster)
-
-
-def load_policy(checkpoint: str, config: Config, graphs: list[PlacementGraph]) -> Any:
-    """The policy parameters in `checkpoint`, trained with `config`."""
-    run = make_train(config, build_bank(graphs[:1], config.run.buckets), cluster_of(config))
-    template = jax.eval_shape(run.init, jax.random.key(0), run.env_params).params
-    checkpointer = Checkpointer(checkpoint, create=False)
-    try:
-        return checkpointer.restore_params(template)
-    finally:
-        checkpointer.close()
-
-
-def _placements(
-    args: argparse.Namespace, spec: str, devices: int | None
-) -> tuple[Cluster, list[PlacementGraph], list[Placement]]:
-    """(the cluster placed on, the graphs of `spec` as the agent sees them, the policy's
-    placement of each), with `args`' checkpoint, cluster, start, samples, temperature,
-    passes and polish."""
-    if args.samples < 0:
-        raise ValueError(f"--samples must be >= 0, got {args.samples}")
-    if not (math.isfinite(args.temperature) and args.temperature > 0):
-        raise ValueError(f"--temperature must be finite and > 0, got {args.temperature}")
-    if args.passes is not None and args.passes < 1:
-        raise ValueError(f"--passes must be >= 1, got {args.passes}")
-    targets = group_targets(args.group_target)
-    if args.polish < 0:
-        raise ValueError(f"--polish must be >= 0, got {args.polish}")
-    if args.polish_block < 1:
-        raise ValueError(f"--polish-block must be >= 1, got {args.polish_block}")
-    if args.polish_block > 1 and not args.polish:
-        raise ValueError("--polish-block sets how --polish proposes moves: give --polish P too")
-    if args.polish_ranked and not args.polish:
-        raise ValueError("--polish-ranked sets how --polish proposes moves: give --polish P too")
-    if args.polish_groups < 0:
-        raise ValueError(f"--polish-groups must be >= 0, got {args.polish_groups}")
-    config = starting_config(run_config(args.checkpoint, devices, args.cluster), args.start)
-    if args.passes is not None:
-        config = apply(config, {"env.passes": args.passes})
-    groupings = []  # (config, graphs) per group target: every graph coarsened before any work
-    for target in targets:
-        at = config if target is None else apply(config, {"run.group_target": target})
-        groupings.append((at, starting_graphs(load_graphs(spec, at), at, args.start, args.seed)))
-    params = load_policy(args.checkpoint, *groupings[0])
-    on, key = cluster_of(config), jax.random.key(args.seed)
-    per_grouping = [
-        place_graphs(at, params, g, on, args.samples, key, args.temperature) for at, g in groupings
-    ]
-    placed = best_of_groupings(per_grouping)
-    graphs = groupings[-1][1]  # any grouping's: each holds the same op graphs
-    if args.polish_groups:
-        kept = [groupings[k][1][i] for i, k in enumerate(kept_groupings(per_grouping))]
-        placed = polish_placements(
-            config, params, kept, placed, on, args.polish_groups,
-            progress=not args.no_progress, on_groups=True,
-        )  # fmt: skip
-    if args.polish:
-        placed = polish_placements(
-            config, params, graphs, placed, on, args.polish,
-            proposer="ranked" if args.polish_ranked else "policy", block=args.polish_block,
-            progress=not args.no_progress,
-        )  # fmt: skip
-    if args.squeeze:
-        placed = squeeze_placements(graphs, placed, on)
-    return on, graphs, placed
-
-
-def squeeze_placements(
-    graphs: list[PlacementGraph], placed: list[Placement], cluster: Cluster
-) -> list[Placement]:
-    """`placed` (one per graph of `graphs`), each that overflows a device's memory improved by
-    the memory squeeze (`placers.squeeze`: chains of moves aimed at the tensors live at the
-    fullest device's peak) on its op graph; one that fits is returned as it is. Its
-    `evaluations` add the squeeze's, which `squeeze_steps` counts."""
-    out = []
-    for pg, p in zip(graphs, placed, strict=True):
-        if p.fits_memory:
-            out.append(p)
-            continue
-        op_graph = pg.op_graph or pg.graph
-        found = squeeze(op_graph, cluster, p.placement)
-        best = scored("squeeze", op_graph, cluster, found, 0.0)  # its simulations counted there
-        out.append(improved(p, best, found.evaluations, squeeze_steps=found.evaluations))
-    return out
-
-
-def squeezed_method(graph: Graph, cluster: Cluster, result: PlacerResult) -> PlacerResult:
-    """A method's placement that overflows, improved by the memory squeeze: named
-    "METHOD+squeeze", its evaluations and wall time added to the method's."""
-    began = time.perf_counter()
-    found = squeeze(graph, cluster, result.placement)
-    solution = Solution(found.placement, result.evaluations + found.evaluations)
-    wall_s = result.wall_s + time.perf_counter() - began
-    return scored(f"{result.method}+squeeze", graph, cluster, solution, wall_s)
-
-
-def group_targets(text: str | None) -> tuple[int | None, ...]:
-    """`--group-target`'s node counts, in order ((None,): the run's own); ValueError naming
-    a count that is not an integer >= 0."""
-    if text is None:
-        return (None,)
-    targets = []
-    for item in text.split(","):
-        try:
-            target = int(item)
-        except ValueError:
-            raise ValueError(
-                f"--group-target takes node counts separated by commas, got {text!r}"
-            ) from None
-        if target < 0:
-            raise ValueError(f"--group-target must be >= 0, got {target}")
-        targets.append(target)
-    return tuple(targets)
+def _pipeline(args: argparse.Namespace, policy: bool) -> Pipeline:
+    """The pipeline `args` name (default: "policy" with a policy, else "heuristics")."""
+    return make_pipeline(args.pipeline or ("policy" if policy else "heuristics"), args.set)
 
 
 def _place(args: argparse.Namespace) -> int:
     if args.method:
         return _place_method(args)
-    cluster, (graph,), (result,) = _placements(args, args.graph, args.devices)
-    _write_placement(args.output, graph.op_graph or graph.graph, result.placement, cluster)
-    (best,) = heuristics_of([graph], cluster, args.seed)
+    pipeline = _pipeline(args, args.checkpoint is not None)
+    if args.budget is not None:
+        raise ValueError("--budget is for --method's search methods, not pipelines")
+    if args.checkpoint:
+        policy = Policy.load(args.checkpoint, args.devices, args.cluster)
+        cluster = policy.cluster()
+    elif args.devices is None:
+        raise ValueError(f"the {args.pipeline or 'heuristics'} pipeline needs --devices")
+    else:
+        policy, cluster = None, Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
+    check(pipeline, policy, cluster)  # before the graph is read
+    graph = resolve_graph(args.graph)
+    placed = place(graph, cluster, pipeline, policy, jax.random.key(args.seed), name=args.graph,
+                   progress=not args.json)  # fmt: skip
+    result = placed.result
+    _write_placement(args.output, graph, result.placement, cluster)
     if args.json:
-        print(json.dumps(policy_json(result, best, cluster)))
+        print(json.dumps(policy_json(placed, pipeline, cluster)))
         return 0
-    print(
-        f"graph    {result.graph}: placed as {result.n_nodes} nodes{_tied(result)} by the "
-        f"policy in {args.checkpoint}"
-    )
+    by = f"the policy in {args.checkpoint}" if policy else "the fast heuristics"
+    print(f"graph    {result.graph}: placed as {result.n_nodes} nodes{_tied(result)} by {by}")
     print(devices_line(cluster))
-    print(search_line(result) + "\n")
-    print(policy_table(result, best))
+    print(stages_line(placed) + "\n")
+    print(policy_table(placed))
     _after_placing(result.fits_memory, args.output)
     return 0
 
@@ -535,23 +351,19 @@ def _tied(result) -> str:
 def _place_method(args: argparse.Namespace) -> int:
     if args.devices is None:
         raise ValueError("--method needs --devices")
-    policy_options = (
-        args.start, args.samples, args.passes, args.temperature != 1, args.polish,
-        args.polish_block != 1, args.group_target, args.polish_groups, args.polish_ranked,
-    )  # fmt: skip
-    if any(x not in (None, 0, False) for x in policy_options):
-        raise ValueError(
-            "--start, --samples, --temperature, --passes, --group-target, --polish and "
-            "--polish-groups place with a policy (--checkpoint)"
-        )
+    if args.pipeline:
+        raise ValueError("--method places with one method: not with --pipeline")
+    squeezing = _method_squeeze(args.set)
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
     result = run_method(args.method, graph, cluster, jax.random.key(args.seed), args.budget)
-    if args.squeeze and not result.fits_memory:
+    if squeezing and not result.fits_memory:
         result = squeezed_method(graph, cluster, result)
     _write_placement(args.output, graph, result.placement, cluster)
     if args.json:
-        print(json.dumps(method_json(args.graph, result, cluster)))
+        doc = method_json(args.graph, result, cluster)
+        doc["pipeline"] = {"method": args.method, "budget": args.budget, "squeeze": squeezing}
+        print(json.dumps(doc))
         return 0
     print(f"graph    {args.graph}: {graph.n_ops} ops; method {result.method}")
     print(devices_line(cluster) + "\n")
@@ -560,6 +372,15 @@ def _place_method(args: argparse.Namespace) -> int:
         print(f"\nwarning: {result.method}: {result.note}", file=sys.stderr)
     _after_placing(result.fits_memory, args.output)
     return 0
+
+
+def _method_squeeze(settings: list[str]) -> bool:
+    """Whether `--set` asks for the memory squeeze after `--method` (the one pipeline field a
+    method takes); ValueError for any other field."""
+    pipeline = make_pipeline("policy", settings)
+    if dataclasses.replace(pipeline, squeeze=False) != PIPELINES["policy"]:
+        raise ValueError("--method takes pipeline.squeeze only; the other fields need a pipeline")
+    return pipeline.squeeze
 
 
 def _write_placement(
@@ -578,18 +399,20 @@ def _after_placing(fits: bool, output: str | None) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    cluster, graphs, results = _placements(args, args.graphs, None)
-    heuristics = None
-    if not args.no_heuristics:
-        heuristics = heuristics_of(graphs, cluster, 0, progress=not args.no_progress)
-    if args.json and heuristics is None:
-        print(json.dumps([policy_json(r, None, cluster) for r in results]))
-    elif args.json:
-        print(
-            json.dumps(
-                [policy_json(r, b, cluster) for r, b in zip(results, heuristics, strict=True)]
-            )
-        )
+    pipeline = _pipeline(args, True)
+    policy = Policy.load(args.checkpoint, None, args.cluster)
+    cluster = policy.cluster()
+    check(pipeline, policy, cluster)
+    graphs = [(pg.name, pg.graph) for pg in load_graphs(args.graphs, _ungrouped(policy.config))]
+    placed = place_many(graphs, cluster, pipeline, policy, jax.random.key(args.seed),
+                        compare=not args.no_heuristics, progress=not args.json)  # fmt: skip
+    if args.json:
+        print(json.dumps([policy_json(p, pipeline, cluster) for p in placed]))
     else:
-        print(eval_table(results, heuristics))
+        print(eval_table(placed))
     return 0
+
+
+def _ungrouped(config: Config) -> Config:
+    """`config` reading graphs as op graphs (the pipeline coarsens them itself)."""
+    return apply(config, {"run.group_target": 0})

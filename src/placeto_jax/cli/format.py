@@ -11,9 +11,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import Config
+from placeto_jax.config import Config, Pipeline
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.stats import GraphStats, graph_stats
+from placeto_jax.pipeline import Placed, pipeline_json
 from placeto_jax.placers import PlacerResult
 from placeto_jax.report import PlacementReport, format_table
 from placeto_jax.rl.evaluate import Placement
@@ -232,21 +233,16 @@ def show_text(doc: dict) -> str:
 
 
 # ---------------------------------------------------------------------- train / place / eval
-def train_text(
-    config: Config,
-    results: Sequence[Placement],
-    heuristics: Sequence[PlacerResult] | None,
-    workdir: str,
-) -> str:
+def train_text(config: Config, placed: Sequence[Placed], workdir: str) -> str:
     """The placements after training (the best of the final greedy episode and of what the
-    training episodes visited) against single device and (unless None) the best fast heuristic
+    training episodes visited) against single device and (when run) the best fast heuristic
     on each graph (`eval_table`), and where the run is."""
-    against = "and the best of the fast heuristics " if heuristics else ""
+    against = "and the best of the fast heuristics " if _compared(placed) else ""
     return "\n".join(
         [
             f"placements after {config.train.iterations} updates (best of the greedy episode "
             f"and the training episodes), against single device {against}on each graph:",
-            eval_table(results, heuristics),
+            eval_table(placed),
             "",
             f"run directory: {workdir}  (place a graph: placeto-jax place GRAPH "
             f"--checkpoint {workdir})",
@@ -254,13 +250,20 @@ def train_text(
     )
 
 
-def policy_json(r: Placement, best: PlacerResult | None, cluster: Cluster) -> dict:
-    """A policy's placement of one graph on `cluster`, with the best fast heuristic's (null
-    when it was not run)."""
+def _compared(placed: Sequence[Placed]) -> bool:
+    return bool(placed) and all(p.best_heuristic is not None for p in placed)
+
+
+def policy_json(placed: Placed, pipeline: Pipeline, cluster: Cluster) -> dict:
+    """One graph placed by a pipeline on `cluster`: the resolved pipeline, every stage's
+    simulations and seconds, and the best fast heuristic's placement (null when not run)."""
+    r, best = placed.result, placed.best_heuristic
     return {
         "graph": r.graph,
-        "method": "placeto",
+        "method": "placeto" if pipeline.source == "policy" else "heuristics",
         **cluster_json(cluster),
+        "pipeline": pipeline_json(pipeline),
+        "stages": [s.to_json() for s in placed.stages],
         "makespan_us": r.makespan,
         "single_device_makespan_us": r.single_device_makespan,
         "initial_makespan_us": r.initial_makespan,
@@ -302,25 +305,26 @@ def method_json(spec: str, r: PlacerResult, cluster: Cluster) -> dict:
     }
 
 
-def policy_table(r: Placement, best: PlacerResult) -> str:
-    """One graph placed by a policy against single device, its initial placement and the best
-    fast heuristic (speedups: that placement's makespan over each row's)."""
+def policy_table(placed: Placed) -> str:
+    """One graph placed by a pipeline against single device, its initial placement and the
+    best fast heuristic (ratios: each row's makespan over that one's, lower is better)."""
+    r, best = placed.result, placed.best_heuristic
 
     def row(label: str, makespan: float, fits: bool = True) -> tuple[str, ...]:
         return (
             label + ("" if fits else " *"),
             f"{makespan / MS:.3f}",
-            f"{r.single_device_makespan / makespan:.2f}x",
-            f"{best.makespan / makespan:.2f}x",
+            f"{makespan / r.single_device_makespan:.3f}",
+            f"{makespan / best.makespan:.3f}",
         )
 
     return format_table(
         [
-            ("placement", "makespan ms", "vs single", "vs best heuristic"),
+            ("placement", "makespan ms", "/ single", "/ best heuristic"),
             row("single device", r.single_device_makespan),
             row(_start_label(r), r.initial_makespan),
             row(f"best heuristic ({best.method})", best.makespan, best.fits_memory),
-            row("placeto", r.makespan, r.fits_memory),
+            row("placed", r.makespan, r.fits_memory),
         ]
     )
 
@@ -329,19 +333,10 @@ def _start_label(r: Placement) -> str:
     return "initial (random)" if r.start == "random" else f"start ({r.start})"
 
 
-def search_line(r: Placement) -> str:
-    """What choosing the placement cost: episodes, their steps, the policy-guided search's
-    steps, exact simulations."""
-    at = f" at T = {r.temperature:g}" if r.temperature != 1 else ""
-    sampled = f" + {r.episodes - 1} sampled{at}" if r.episodes > 1 else ""
-    polish = f", then {r.polish_steps} op-graph ones of policy-guided search"
-    polish = polish if r.polish_steps else ""
-    squeeze = f", then {r.squeeze_steps} of the memory squeeze" if r.squeeze_steps else ""
-    return (
-        f"search   1 greedy{sampled} episode(s) from {_start_label(r)}, {r.episode_steps} "
-        f"steps (grouped-graph simulations){polish}{squeeze}, {r.evaluations} placements "
-        "simulated on the op graph"
-    )
+def stages_line(placed: Placed) -> str:
+    """What the placement cost, stage by stage: simulations and wall seconds."""
+    parts = [f"{s.name} {s.evaluations} evals {s.wall_s:.1f} s" for s in placed.stages]
+    return f"stages   {'; '.join(parts)} (total {placed.evaluations} evals)"
 
 
 def method_table(r: PlacerResult) -> str:
@@ -358,37 +353,40 @@ def method_table(r: PlacerResult) -> str:
     )
 
 
-def eval_table(results: Sequence[Placement], heuristics: Sequence[PlacerResult] | None) -> str:
-    """One row per graph placed by a policy, next to single device and (unless None) the best
+def eval_table(placed: Sequence[Placed]) -> str:
+    """One row per graph placed by a pipeline, next to single device and (when run) the best
     fast heuristic on the same op graph (`*`: overflows a device's memory), and the start of
-    each episode when it was given (improve mode). Speedups above 1 favour Placeto."""
-    best_columns = ("best heuristic ms", "placeto ms", "vs single", "vs best")
+    each episode when it was given (improve mode). Ratios: the placement's makespan over the
+    other's, lower is better."""
+    results = [p.result for p in placed]
+    compared = _compared(placed)
+    best_columns = ("best heuristic ms", "placeto ms", "/ single", "/ best")
     given = any(r.start != "random" for r in results)
     rows = [
         (
             "graph",
             "nodes",
             "single ms",
-            *(("start ms", "vs start") if given else ()),
-            *(best_columns if heuristics else best_columns[1:3]),
+            *(("start ms", "/ start") if given else ()),
+            *(best_columns if compared else best_columns[1:3]),
         )
     ]
-    for i, r in enumerate(results):
+    for p, r in zip(placed, results, strict=True):
         row = [r.graph, str(r.n_nodes), f"{r.single_device_makespan / MS:.3f}"]
         if given:
             row += [
                 f"{r.initial_makespan / MS:.3f} {r.start}",
-                f"{r.initial_makespan / r.makespan:.3f}x",
+                f"{r.makespan / r.initial_makespan:.3f}",
             ]
-        if heuristics:
-            best = heuristics[i]
+        if compared:
+            best = p.best_heuristic
             row.append(f"{best.makespan / MS:.3f} {best.method}" + _star(best.fits_memory))
         row += [
             f"{r.makespan / MS:.3f}" + _star(r.fits_memory),
-            f"{r.single_device_makespan / r.makespan:.2f}x",
+            f"{r.makespan / r.single_device_makespan:.3f}",
         ]
-        if heuristics:
-            row.append(f"{heuristics[i].makespan / r.makespan:.2f}x")
+        if compared:
+            row.append(f"{r.makespan / p.best_heuristic.makespan:.3f}")
         rows.append(tuple(row))
     return format_table(rows)
 

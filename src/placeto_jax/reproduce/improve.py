@@ -1,5 +1,5 @@
 """Improve mode (issue 20, beyond the paper): Placeto started from a given placement, here the
-best fast heuristic's (`reproduce.starts`), returns the best placement its episodes visit, by
+best fast heuristic's (`stages.starts`), returns the best placement its episodes visit, by
 exact simulation. The experiment measures, per graph, how much faster than its start
 Placeto's placement is, for each lever (`VARIANTS`) next to the paper's own configuration, on
 the test graphs of the families (a policy trained on each family's train split) and on the
@@ -25,10 +25,10 @@ from placeto_jax.reproduce.benchmarks import benchmark_cases
 from placeto_jax.reproduce.output import Recorder
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.reproduce.programs import release_compiled_programs
-from placeto_jax.reproduce.starts import started
 from placeto_jax.rl.evaluate import Placement, place_with
 from placeto_jax.rl.loop import cluster_of, load_graphs
 from placeto_jax.rl.train import Train, make_train
+from placeto_jax.stages.starts import started
 
 MS = 1e3  # µs
 IMPROVE_STARTS = ("best", "best-op")  # the fastest fast heuristic on the grouped / op graph

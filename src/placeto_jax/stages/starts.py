@@ -30,7 +30,7 @@ from placeto_jax.placers import (
 )
 from placeto_jax.placers.base import Solution
 
-START_METHODS = ("single", *FAST_HEURISTICS)
+START_METHODS = FAST_HEURISTICS
 STARTS = ("random", *START_METHODS, "best", "best-op")  # or a placement file
 
 
@@ -46,13 +46,22 @@ def heuristic_start(
     return scored(name, op_graph, cluster, placement, time.perf_counter() - began)
 
 
-def start_result(pg: PlacementGraph, cluster: Cluster, spec: str, key: jax.Array) -> PlacerResult:
+def start_result(
+    pg: PlacementGraph,
+    cluster: Cluster,
+    spec: str,
+    key: jax.Array,
+    heuristics: list[PlacerResult] | None = None,
+) -> PlacerResult:
     """The start `spec` names for `pg` (a `PlacerResult` of its op graph): a method of
     `START_METHODS`, "best" (the fastest fast heuristic on the grouped graph, fitting memory
-    first), "best-op" (the same on the op graph), or a placement file. ValueError for anything
-    else, or a file that does not place the op graph."""
+    first), "best-op" (the same on the op graph; `heuristics`: their results there, when
+    already run), or a placement file. ValueError for anything else, or a file that does not
+    place the op graph."""
     if spec == "best":
         return fastest_fitting([heuristic_start(pg, cluster, m, key) for m in FAST_HEURISTICS])
+    if spec == "best-op" and heuristics is not None:
+        return fastest_fitting(heuristics)
     if spec == "best-op":
         return best_heuristic(pg.op_graph or pg.graph, cluster, key)
     if spec in START_METHODS:
@@ -72,13 +81,18 @@ def check_start(spec: str) -> None:
 
 
 def started(
-    graphs: list[PlacementGraph], cluster: Cluster, spec: str, key: jax.Array
+    graphs: list[PlacementGraph],
+    cluster: Cluster,
+    spec: str,
+    key: jax.Array,
+    heuristics: list[list[PlacerResult]] | None = None,
 ) -> list[PlacementGraph]:
-    """`graphs` whose episodes start from `spec` (`start_result`), each start named by the
+    """`graphs` whose episodes start from `spec` (`start_result`; `heuristics`: per graph, the
+    fast heuristics' results on its op graph when already run), each start named by the
     method that made it ("m-sct (best)" for `best`, "m-sct (best-op)" for `best-op`)."""
     out = []
-    for pg in graphs:
-        result = start_result(pg, cluster, spec, key)
+    for i, pg in enumerate(graphs):
+        result = start_result(pg, cluster, spec, key, heuristics and heuristics[i])
         name = f"{result.method} ({spec})" if spec in ("best", "best-op") else result.method
         out.append(with_start(pg, result.placement, name, cluster.n_devices, cluster.delta1))
     return out

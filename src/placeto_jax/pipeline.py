@@ -1,0 +1,434 @@
+"""The place pipeline: the one function that chains placement stages (`place`, `place_many`).
+
+A `config.Pipeline` names the stages. The first placement comes from the policy's episodes
+(greedy, and sampled ones; several coarsenings, the best kept) or from the best fast heuristic.
+Search stages follow, each on the op graph and each keeping a move only when the exact
+simulation ranks it first: policy-guided search over the policy's groups, then over the ops,
+then uniformly random proposals, optionally again from the fastest other heuristic, and the
+memory squeeze where the placement overflows. Every stage reports the simulations it ran and
+its wall time, so a result says what it cost. `place` and `eval`, `train`'s final report and
+the matched-budget experiment all call it (docs/architecture.md, "The place pipeline").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from placeto_jax.cluster import PRESETS, Cluster
+from placeto_jax.config import EVERY_OTHER_DEVICE, Config, Pipeline, apply, make_config
+from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
+from placeto_jax.graphs.core import Graph
+from placeto_jax.placers import PlacerResult, fast_heuristics, fastest_fitting
+from placeto_jax.rl.checkpoint import Checkpointer, load_run
+from placeto_jax.rl.evaluate import (
+    Placement,
+    best_of_groupings,
+    found_placements,
+    kept_groupings,
+    place_graphs,
+    rank_visited,
+)
+from placeto_jax.rl.loop import train_and_evaluate
+from placeto_jax.rl.train import make_train
+from placeto_jax.sim.ranking import rank_key
+from placeto_jax.stages.policy_search import polish_placements, squeeze_placements
+from placeto_jax.stages.starts import STARTS, check_start, started
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A trained policy: the config of its run and its parameters, loaded once per command."""
+
+    config: Config  # the run's config (its device count and, for placing, the cluster preset)
+    params: Any  # the policy network's parameters (a pytree)
+    found: tuple[np.ndarray | None, ...] | None = None  # per graph placed, the best placement
+    #   its training episodes visited [N_pad] (`rl.evaluate.found_placements`), a candidate
+
+    @staticmethod
+    def load(checkpoint: str, devices: int | None = None, cluster: str | None = None) -> Policy:
+        """The policy in run directory `checkpoint`, placing on cluster preset `cluster` (None:
+        the run's own); ValueError if `devices` is given and differs from the run's count."""
+        config, _ = load_run(checkpoint)
+        if devices is not None and devices != config.n_devices:
+            raise ValueError(
+                f"the policy in {checkpoint} places on {config.n_devices} devices, not "
+                f"{devices}; train one for {devices} devices"
+            )
+        if cluster is not None:
+            Cluster.preset(cluster, config.n_devices)  # an unknown name fails here
+            config = dataclasses.replace(config, cluster_preset=cluster)
+        return Policy(config, _restore_params(checkpoint, config))
+
+    def cluster(self) -> Cluster:
+        """The cluster the policy places on."""
+        return Cluster.preset(self.config.cluster_preset, self.config.n_devices)
+
+
+def train(
+    graphs: Graph | Sequence[tuple[str, Graph]],
+    cluster: Cluster,
+    workdir: str,
+    preset: str | None = "tiny",
+    overrides: Sequence[str] = (),
+    seed: int = 0,
+    progress: bool = False,
+) -> Policy:
+    """A policy trained with REINFORCE on `graphs` (one op graph, or named ones) for `cluster`,
+    config from `preset` and `section.field=value` `overrides`; checkpoints in `workdir`, and a
+    run there is resumed (`placeto-jax train` from Python). Its `found` holds the best
+    placement the training episodes visited on each graph, a candidate when they are placed."""
+    named = [("graph", graphs)] if isinstance(graphs, Graph) else list(graphs)
+    if cluster.name not in PRESETS or Cluster.preset(cluster.name, cluster.n_devices) != cluster:
+        raise ValueError(
+            f"train needs a cluster preset ({', '.join(PRESETS)}) as it is, got {cluster.name!r}"
+        )
+    config = make_config(preset, list(overrides), n_devices=cluster.n_devices,
+                         cluster_preset=cluster.name, seed=seed)  # fmt: skip
+    prepared = [prepare(n, g, config.run.group_target, cluster.delta1) for n, g in named]
+    result = train_and_evaluate(config, prepared, workdir, progress=progress)
+    return Policy(config, result.state.params, tuple(found_placements(result.state)))
+
+
+def _restore_params(checkpoint: str, config: Config) -> Any:
+    """The parameters in `checkpoint`, restored against the shapes `config` gives (they do not
+    depend on the graph: a two-op chain builds the template)."""
+    chain = Graph.from_edges(cost=[1.0, 1.0], out_bytes=[0, 0], edges=[(0, 1)])
+    bank = build_bank([PlacementGraph("template", chain)], config.run.buckets)
+    run = make_train(config, bank, Cluster.preset(config.cluster_preset, config.n_devices))
+    template = jax.eval_shape(run.init, jax.random.key(0), run.env_params).params
+    checkpointer = Checkpointer(checkpoint, create=False)
+    try:
+        return checkpointer.restore_params(template)
+    finally:
+        checkpointer.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """What one stage of the pipeline did to one graph's placement."""
+
+    name: str  # "heuristics", "episodes", "search-groups", "search-ops", "random",
+    #            "second-start" or "squeeze"
+    evaluations: int  # simulations it ran (episode steps, search steps and exact rankings)
+    wall_s: float  # s, the stage's wall time over the graphs it ran on, shared evenly
+    makespan: float  # µs, of the placement after it
+
+    def to_json(self) -> dict:
+        return {
+            "stage": self.name,
+            "evaluations": self.evaluations,
+            "wall_s": self.wall_s,
+            "makespan_us": self.makespan,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Placed:
+    """One graph placed by the pipeline."""
+
+    result: Placement  # the placement, simulated exactly on the op graph
+    stages: tuple[Stage, ...]  # in the order they ran
+    best_heuristic: PlacerResult | None  # the best fast heuristic on the op graph (compared)
+
+    @property
+    def evaluations(self) -> int:
+        """Simulations every stage ran, together."""
+        return sum(s.evaluations for s in self.stages)
+
+    @property
+    def wall_s(self) -> float:
+        return sum(s.wall_s for s in self.stages)
+
+
+def place(
+    graph: Graph,
+    cluster: Cluster,
+    pipeline: Pipeline | None = None,
+    policy: Policy | None = None,
+    key: jax.Array | None = None,
+    *,
+    name: str = "graph",
+    compare: bool = True,
+    progress: bool = False,
+) -> Placed:
+    """Place `graph` (an op graph) on `cluster` with `pipeline`'s stages (`place_many`)."""
+    (placed,) = place_many([(name, graph)], cluster, pipeline, policy, key, compare=compare,
+                           progress=progress)  # fmt: skip
+    return placed
+
+
+def place_many(
+    graphs: Sequence[tuple[str, Graph]],
+    cluster: Cluster,
+    pipeline: Pipeline | None = None,
+    policy: Policy | None = None,
+    key: jax.Array | None = None,
+    *,
+    compare: bool = True,
+    progress: bool = False,
+) -> list[Placed]:
+    """Place each named op graph of `graphs` on `cluster` with `pipeline`'s stages, the policy's
+    episodes of all graphs in one bank (one compiled program). `key` (default: key 0) draws the
+    sampled episodes and the heuristics that need one; `compare`: run the fast heuristics on
+    each op graph to report the best (`Placed.best_heuristic`); `progress`: bars over the
+    search stages. ValueError before any work when a stage needs a policy and none is given,
+    or the policy places for another device count."""
+    pipeline = Pipeline() if pipeline is None else pipeline
+    check(pipeline, policy, cluster)
+    key = jax.random.key(0) if key is None else key
+    named = list(graphs)
+    need_heuristics = (
+        compare or pipeline.source == "heuristics" or pipeline.start == "best-op"
+        or pipeline.second_start
+    )  # fmt: skip
+    heuristics: list[list[PlacerResult]] | None = None
+    heuristics_s = 0.0
+    if need_heuristics:
+        began = time.perf_counter()
+        heuristics = [fast_heuristics(g, cluster, key) for _, g in named]
+        heuristics_s = (time.perf_counter() - began) / len(named)
+    log: list[list[Stage]] = [[] for _ in named]
+    if pipeline.source == "heuristics":
+        placed, graphs_placed = _from_heuristics(named, cluster, heuristics, heuristics_s, log)
+    else:
+        placed, graphs_placed = _episodes(named, cluster, pipeline, policy, key, heuristics,
+                                          heuristics_s, log)  # fmt: skip
+    placed = _searches(named, cluster, pipeline, policy, placed, graphs_placed, heuristics, log,
+                       progress)  # fmt: skip
+    best = [fastest_fitting(h) for h in heuristics] if compare and heuristics else None
+    return [
+        Placed(p, tuple(stages), None if best is None else best[i])
+        for i, (p, stages) in enumerate(zip(placed, log, strict=True))
+    ]
+
+
+def check(
+    pipeline: Pipeline, policy: Policy | None, cluster: Cluster, episodes: bool = True
+) -> None:
+    """ValueError when `pipeline` needs a policy and `policy` is None (`episodes`: for the
+    first placement too, else for its searches alone), or `policy` places for another device
+    count than `cluster`'s, or the start names nothing."""
+    searches = (pipeline.search_groups, pipeline.search_ops, pipeline.random_passes)
+    needs = pipeline.uses_policy if episodes else any(searches)
+    if needs and policy is None:
+        raise ValueError(
+            "this pipeline places with a policy: give one (--checkpoint), or use the "
+            "heuristics pipeline"
+        )
+    if policy is not None and policy.config.n_devices != cluster.n_devices:
+        raise ValueError(
+            f"the policy places on {policy.config.n_devices} devices, the cluster has "
+            f"{cluster.n_devices}"
+        )
+    if pipeline.start:
+        check_start(pipeline.start)
+
+
+def _from_heuristics(named, cluster, heuristics, heuristics_s, log):
+    """The best fast heuristic's placement of each graph, as a `Placement`."""
+    out = []
+    for (name, graph), results, stages in zip(named, heuristics, log, strict=True):
+        best = fastest_fitting(results)
+        placed = rank_visited(PlacementGraph(name, graph), cluster, best.placement[None],
+                              best.method)  # fmt: skip
+        stages.append(Stage("heuristics", _heuristic_cost(results), heuristics_s, placed.makespan))
+        out.append(placed)
+    return out, [PlacementGraph(name, graph) for name, graph in named]
+
+
+def _heuristic_cost(results: list[PlacerResult]) -> int:
+    """Simulations the fast heuristics ran: their own and one to score each."""
+    return sum(r.evaluations + 1 for r in results)
+
+
+def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, log):
+    """The policy's placement of each graph: its greedy (and sampled) episodes at each
+    coarsening, the best kept; (placements, the kept coarsening's graphs)."""
+    config = episode_config(policy.config, pipeline)
+    start = pipeline.start or None
+    if start == "best-op":
+        for stages, results in zip(log, heuristics, strict=True):
+            best = fastest_fitting(results)
+            stages.append(
+                Stage("heuristics", _heuristic_cost(results), heuristics_s, best.makespan)
+            )
+    began = time.perf_counter()
+    groupings = []  # (config, graphs) per coarsening: every graph coarsened before any work
+    for target in pipeline.group_targets or (None,):
+        at = config if target is None else apply(config, {"run.group_target": target})
+        graphs = [prepare(n, g, at.run.group_target, cluster.delta1) for n, g in named]
+        groupings.append((at, starting_graphs(graphs, at, start, key, cluster, heuristics)))
+    per_grouping = [
+        place_graphs(at, policy.params, graphs, cluster, pipeline.samples, key,
+                     pipeline.temperature, found=policy.found)
+        for at, graphs in groupings
+    ]  # fmt: skip
+    placed = best_of_groupings(per_grouping)
+    wall = (time.perf_counter() - began) / len(named)
+    kept = [groupings[k][1][i] for i, k in enumerate(kept_groupings(per_grouping))]
+    for stages, p in zip(log, placed, strict=True):
+        stages.append(Stage("episodes", p.episode_steps + p.evaluations, wall, p.makespan))
+    return placed, kept
+
+
+def episode_config(config: Config, pipeline: Pipeline) -> Config:
+    """The run's `config` as `pipeline`'s episodes play it: from its start and passes."""
+    config = starting_config(config, pipeline.start or None)
+    return apply(config, {"env.passes": pipeline.passes}) if pipeline.passes else config
+
+
+def starting_config(config: Config, start: str | None) -> Config:
+    """`config` with episodes from random placements (`start` "random"), from given starts
+    (any other start), or as it is (None)."""
+    if start is None:
+        return config
+    check_start(start)
+    kind = "random" if start == "random" else "given"
+    return apply(config, {"env.initial_placement": kind})
+
+
+def starting_graphs(
+    graphs: list[PlacementGraph],
+    config: Config,
+    start: str | None,
+    key: jax.Array,
+    cluster: Cluster,
+    heuristics: list[list[PlacerResult]] | None = None,
+) -> list[PlacementGraph]:
+    """`graphs` with the start `start` names (`stages.starts.started`) when `config` starts
+    episodes from given starts; ValueError when it does and no start is named."""
+    if config.env.initial_placement != "given":
+        return graphs
+    if start is None:
+        raise ValueError(
+            "this policy was trained from given starts (env.initial_placement=given); "
+            f"name one with pipeline.start ({', '.join(STARTS[1:])} or a placement file)"
+        )
+    return started(graphs, cluster, start, key, heuristics)
+
+
+def search_stages(
+    graphs: Sequence[tuple[str, Graph]],
+    cluster: Cluster,
+    pipeline: Pipeline,
+    policy: Policy | None,
+    placed: list[Placement],
+    groups: list[PlacementGraph],
+    heuristics: list[list[PlacerResult]] | None = None,
+    progress: bool = False,
+) -> tuple[list[Placement], list[list[Stage]]]:
+    """The search stages of `pipeline` alone, from given first placements: `placed` (one per
+    named op graph of `graphs`; `groups`: the grouped graphs they were played on, for the
+    group search; `heuristics`: per graph, the fast heuristics' results, for the second
+    start). For a caller that made the first placement itself (training on the graph, say).
+    Returns the placements and each graph's stages."""
+    check(pipeline, policy, cluster, episodes=False)
+    named = list(graphs)
+    if pipeline.second_start and heuristics is None:
+        heuristics = [fast_heuristics(g, cluster, jax.random.key(0)) for _, g in named]
+    log: list[list[Stage]] = [[] for _ in named]
+    out = _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log, progress)
+    return out, log
+
+
+def _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log, progress):
+    """`placed` improved by the pipeline's search stages, in order."""
+    config = policy.config if policy is not None else None
+    op_graphs = [PlacementGraph(n, g) for n, g in named]
+    ops = pipeline.search_ops
+    if ops == EVERY_OTHER_DEVICE:
+        ops = max(cluster.n_devices - 1, 1)
+    random = pipeline.proposer == "random"
+    stages = [
+        ("search-groups", pipeline.search_groups, groups,
+         dict(proposer="random" if random else "policy", on_groups=True)),
+        ("search-ops", ops, op_graphs,
+         dict(proposer=pipeline.proposer, block=pipeline.search_block)),
+        ("random", pipeline.random_passes, op_graphs, dict(proposer="random")),
+    ]  # fmt: skip
+    first = placed
+    for name, passes, graphs, how in stages:
+        if not passes:
+            continue
+
+        def search(p, g=graphs, n=passes, h=how):
+            return polish_placements(config, policy.params, g, p, cluster, n, progress=progress,
+                                     **h)  # fmt: skip
+
+        placed = _stage(name, log, placed, search)
+    if pipeline.second_start and ops:
+        placed = _second_start(op_graphs, cluster, pipeline, policy, ops, first, placed,
+                               heuristics, log, progress)  # fmt: skip
+    if pipeline.squeeze:
+        placed = _stage("squeeze", log, placed,
+                        lambda p: squeeze_placements(op_graphs, p, cluster))  # fmt: skip
+    return placed
+
+
+def _stage(name, log, placed, run) -> list[Placement]:
+    """`run(placed)`, logged as stage `name` per graph: its simulations and wall time."""
+    began = time.perf_counter()
+    after = run(placed)
+    wall = (time.perf_counter() - began) / len(placed)
+    for stages, p, q in zip(log, placed, after, strict=True):
+        stages.append(Stage(name, _spent(p, q), wall, q.makespan))
+    return after
+
+
+def _spent(before: Placement, after: Placement) -> int:
+    """Simulations run between two states of a placement: exact rankings and search steps."""
+    return (
+        after.evaluations - before.evaluations + after.polish_steps - before.polish_steps
+        + after.episode_steps - before.episode_steps
+    )  # fmt: skip
+
+
+def _second_start(op_graphs, cluster, pipeline, policy, ops, first, placed, heuristics, log,
+                  progress) -> list[Placement]:  # fmt: skip
+    """Each placement of `placed`, or, when it ranks first, the op-level search (and random
+    passes) from the fastest heuristic other than the one `first` started from, memory aside:
+    where the start overflows, relief can fit a fast placement far from it."""
+    began = time.perf_counter()
+    config = policy.config
+    out, spent = [], []
+    for pg, p, q, results in zip(op_graphs, first, placed, heuristics, strict=True):
+        others = [r for r in results if r.method != _method_of(p.start)]
+        if not others:
+            out.append(q)
+            spent.append(0)
+            continue
+        fastest = min(others, key=lambda r: r.makespan)
+        other = rank_visited(pg, cluster, fastest.placement[None], fastest.method)
+        cost = other.evaluations
+        for passes, proposer in ((ops, pipeline.proposer), (pipeline.random_passes, "random")):
+            if passes:
+                (after,) = polish_placements(config, policy.params, [pg], [other], cluster,
+                                             passes, proposer, progress=progress)  # fmt: skip
+                cost += _spent(other, after)
+                other = after
+        key = (rank_key(q.makespan, q.fits_memory, q.overflow),
+               rank_key(other.makespan, other.fits_memory, other.overflow))  # fmt: skip
+        out.append(q if key[0] <= key[1] else other)
+        spent.append(cost)
+    wall = (time.perf_counter() - began) / len(placed)
+    for stages, p, cost in zip(log, out, spent, strict=True):
+        stages.append(Stage("second-start", cost, wall, p.makespan))
+    return out
+
+
+def _method_of(start: str) -> str:
+    """The method behind a start's name ("m-sct (best-op)" -> "m-sct")."""
+    return start.split(" (")[0]
+
+
+def pipeline_json(pipeline: Pipeline) -> dict:
+    """The resolved pipeline, every field."""
+    doc = dataclasses.asdict(pipeline)
+    doc["group_targets"] = list(pipeline.group_targets)
+    return doc
