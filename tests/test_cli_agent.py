@@ -211,14 +211,6 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     assert main([*argv, "--set", "pipeline.search_ops=2", "--set", "pipeline.proposer=ranked"]) == 0
     ranked = json.loads(capsys.readouterr().out)
     assert ranked["placement"] == doc["placement"] and ranked["polish_steps"] == 2 * 24 + 1
-    # In blocks of 8: on 2 devices every op's proposal is the other device, so every op is
-    # simulated moved, twice, and the helpful moves of each block together besides.
-    assert main([*argv, "--set", "pipeline.search_ops=2", "--set", "pipeline.search_block=8"]) == 0
-    blocks = json.loads(capsys.readouterr().out)
-    assert blocks["polish_steps"] >= 2 * 24 + 1
-    assert blocks["makespan_us"] <= plain["makespan_us"]
-    simulated = _simulated("layered:24", "placeto-k80", 2, blocks["placement"])
-    assert blocks["makespan_us"] == pytest.approx(float(simulated.makespan))
 
 
 def test_place_squeezes_only_a_placement_that_overflows(run_dir, capsys, tmp_path):
@@ -378,14 +370,6 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         (
             [*PLACE_POLICY, "--set", "pipeline.search_groups=-1"],
             "pipeline.search_groups must be in [0, 64]",
-        ),
-        (
-            [*PLACE_POLICY, "--set", "pipeline.search_block=0"],
-            "pipeline.search_block must be in [1, 4096]",
-        ),
-        (
-            [*PLACE_POLICY, "--set", "pipeline.search_block=4"],
-            "pipeline.search_block sets how search_ops proposes: set search_ops too",
         ),
         ([*PLACE_POLICY, "--set", "pipeline.samples=-1"], "pipeline.samples must be in [0, 4096]"),
         (

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from placeto_jax import Cluster, Graph, simulate, simulate_reference
+from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.config import Config, EnvConfig, PolicyConfig, RunConfig
 from placeto_jax.env import build_bank, prepare
 from placeto_jax.env.start import with_start
@@ -272,9 +272,6 @@ def test_polishing_groups_moves_whole_groups_as_a_host_reference_does():
     # the op-level search moves single ops: another placement from the same start
     (ops,) = polish_placements(config, _zeroed(run), [pg], [_placed(pg, start, 2)], cluster, 2)
     assert ops.polish_steps == 2 * graph.n_ops + 1
-    with pytest.raises(ValueError, match="polishing groups proposes one move at a time"):
-        polish_placements(config, _zeroed(run), [pg], [_placed(pg, start, 2)], cluster, 2,
-                          block=4, on_groups=True)  # fmt: skip
 
 
 def _placed(pg, start: np.ndarray, devices: int) -> Placement:
@@ -283,75 +280,3 @@ def _placed(pg, start: np.ndarray, devices: int) -> Placement:
                      single_device_makespan=0.0, initial_makespan=0.0,
                      peak_memory=np.zeros(devices), fits_memory=True, n_nodes=pg.graph.n_ops,
                      n_units=pg.n_units, evaluations=1, start="single")  # fmt: skip
-
-
-def test_a_block_keeps_the_best_of_its_helpful_moves_together():
-    # From everything on device 0 (400 µs), one block of the 4 ops: each move alone gives
-    # 300 µs (by hand: the moved op runs beside the other chain), so all four help, equally,
-    # and are tried together in order: {a, b} 200 µs, {a, b, c} 300.01 µs (device 1 runs a,
-    # then c, ready since 0, then b; d waits for c's transfer), {a, b, c, d} 400 µs.
-    # 1 + 4 + 3 simulations.
-    config = Config(n_devices=2, policy=PolicyConfig(rounds=1))
-    pg = prepare("chains", two_chains())
-    run = make_train(config, build_bank([pg]), CLUSTER)
-    start = np.zeros(4, int)
-    (out,) = polish_placements(
-        config, _zeroed(run), [pg], [_placed(pg, start, 2)], CLUSTER, passes=1, block=4
-    )
-    np.testing.assert_array_equal(out.placement, [1, 1, 0, 0])
-    assert out.makespan == pytest.approx(200.0) and out.polish_steps == 8
-    for moved, makespan in (([1, 0, 0, 0], 300), ([1, 1, 1, 0], 300.01), ([1, 1, 1, 1], 400)):
-        assert simulate(two_chains(), CLUSTER, np.array(moved)).makespan == pytest.approx(makespan)
-
-
-def _block_reference(graph, cluster, start, passes, block) -> tuple[np.ndarray, int]:
-    """The block rule on the host, one op per unit, every simulation by the Python reference:
-    per block of ops in topological order, propose the lowest device other than each op's own
-    (the zeroed policy's choice), simulate each move alone from the block's placement; sort the
-    helpful ones by (fits, makespan), then by position; apply the best k of them together for
-    every k, and keep the fastest. Returns the placement and the simulations made."""
-
-    def key(p):
-        run = simulate_reference(graph, cluster, p)
-        return (not np.all(run.peak_memory <= cluster.memory_array), run.makespan)
-
-    order = list(graph.topological_order) * passes
-    placement, best, count = start.copy(), key(start), 1
-    for first in range(0, len(order), block):
-        trials = []
-        for op in order[first : first + block]:
-            trial = placement.copy()
-            trial[op] = 1 if placement[op] == 0 else 0
-            trials.append(trial)
-        keys = [key(t) for t in trials]
-        count += len(trials)
-        helpful = sorted((k, j) for j, k in enumerate(keys) if k < best)
-        if not helpful:
-            continue
-        together, candidates = placement.copy(), []
-        for _, j in helpful:
-            together = together.copy()
-            op = order[first + j]
-            together[op] = trials[j][op]
-            candidates.append((key(together) if candidates else keys[j], together))
-        count += len(candidates) - 1
-        best, placement = min(candidates, key=lambda c: c[0])
-    return placement, count
-
-
-def test_block_search_matches_a_host_reference_of_the_same_rule():
-    graph = generators.layered(30, seed=3)
-    cluster = Cluster(n_devices=3, speed=1.0, bandwidth=2.0, delta1=0.0, delta2=0.0)
-    start = np.random.default_rng(0).integers(0, 3, graph.n_ops)
-    config = Config(n_devices=3, policy=PolicyConfig(rounds=1))
-    pg = prepare("layered", graph)
-    run = make_train(config, build_bank([pg]), cluster)
-    (out,) = polish_placements(
-        config, _zeroed(run), [pg], [_placed(pg, start, 3)], cluster, passes=2, block=8
-    )
-    expected, count = _block_reference(graph, cluster, start, passes=2, block=8)
-    np.testing.assert_array_equal(out.placement, expected)
-    assert out.polish_steps == count
-    assert out.makespan < simulate(graph, cluster, start).makespan
-    with pytest.raises(ValueError, match="a block of >= 1 proposals, got 0"):
-        polish_placements(config, _zeroed(run), [pg], [_placed(pg, start, 3)], cluster, 1, block=0)

@@ -152,12 +152,10 @@ class Pipeline:
     #                  file ("": the run's own, random unless it trained from given starts)
     samples: int = 0  # sampled episodes per graph besides the greedy one
     temperature: float = 1.0  # of the sampled episodes: logits divided by it
-    passes: int = 0  # visits of every node per episode (0: the run's own)
     group_targets: tuple[int, ...] = ()  # coarsenings played, the best kept (): the run's own
     search_groups: int = 0  # passes of policy-guided search over the policy's groups
     search_ops: int = 0  # passes of policy-guided search over the op graph (-1: D - 1)
     proposer: Proposer = "policy"  # the op-level search's moves (random: every stage's)
-    search_block: int = 1  # op-level proposals simulated together (1: one at a time)
     random_passes: int = 0  # passes of uniformly random proposals after the op-level search
     second_start: bool = False  # the op-level search also from the fastest other heuristic
     squeeze: bool = False  # the memory squeeze last, where the placement overflows
@@ -188,25 +186,21 @@ def validate_pipeline(pipeline: Pipeline) -> None:
     checks = [
         ("samples", 0 <= p.samples <= MAX_SAMPLES, f"must be in [0, {MAX_SAMPLES}]"),
         ("temperature", p.temperature > 0, "must be > 0"),
-        ("passes", 0 <= p.passes <= MAX_PASSES, f"must be in [0, {MAX_PASSES}]"),
         ("group_targets", all(t >= 0 for t in p.group_targets), "must be >= 0"),
         ("search_groups", 0 <= p.search_groups <= MAX_PASSES, f"must be in [0, {MAX_PASSES}]"),
         ("search_ops", EVERY_OTHER_DEVICE <= p.search_ops <= MAX_PASSES,
          f"must be in [0, {MAX_PASSES}], or -1 (one pass per other device)"),
-        ("search_block", 1 <= p.search_block <= 4096, "must be in [1, 4096]"),
         ("random_passes", 0 <= p.random_passes <= MAX_PASSES, f"must be in [0, {MAX_PASSES}]"),
     ]  # fmt: skip
     for name, ok, why in checks:
         if not ok:
             raise ValueError(f"pipeline.{name} {why}")
     needs = [("samples", p.samples), ("temperature", p.temperature != 1.0),
-             ("passes", p.passes), ("group_targets", p.group_targets),
+             ("group_targets", p.group_targets),
              ("start", p.start), ("search_groups", p.search_groups)]  # fmt: skip
     if p.source == "heuristics" and any(value for _, value in needs):
         used = next(name for name, value in needs if value)
         raise ValueError(f"pipeline.{used} sets the policy's episodes: not with source=heuristics")
-    if p.search_block > 1 and not p.search_ops:
-        raise ValueError("pipeline.search_block sets how search_ops proposes: set search_ops too")
     if p.temperature != 1.0 and not p.samples:
         raise ValueError("pipeline.temperature sets the sampled episodes: set samples too")
 

@@ -278,9 +278,8 @@ def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, l
 
 
 def episode_config(config: Config, pipeline: Pipeline) -> Config:
-    """The run's `config` as `pipeline`'s episodes play it: from its start and passes."""
-    config = starting_config(config, pipeline.start or None)
-    return apply(config, {"env.passes": pipeline.passes}) if pipeline.passes else config
+    """The run's `config` as `pipeline`'s episodes play it: from its start."""
+    return starting_config(config, pipeline.start or None)
 
 
 def starting_config(config: Config, start: str | None) -> Config:
@@ -349,7 +348,7 @@ def _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log,
         ("search-groups", pipeline.search_groups, groups,
          dict(proposer="random" if random else "policy", on_groups=True)),
         ("search-ops", ops, op_graphs,
-         dict(proposer=pipeline.proposer, block=pipeline.search_block)),
+         dict(proposer=pipeline.proposer)),
         ("random", pipeline.random_passes, op_graphs, dict(proposer="random")),
     ]  # fmt: skip
     first = placed

@@ -18,14 +18,15 @@ LIBRARIES = ("placeto_jax", "jax", "jaxlib", "flax", "optax", "jraph", "numpy")
 
 
 def git(*argv: str, cwd: Path = PACKAGE) -> str | None:
-    """`git argv` run in `cwd`: its stdout stripped, or None when git fails or is missing."""
+    """`git argv` run in `cwd`: its stdout without trailing whitespace, or None when git fails
+    or is missing."""
     try:
         out = subprocess.run(
             ["git", *argv], cwd=cwd, capture_output=True, text=True, timeout=5, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip()
+    return out.stdout.rstrip()
 
 
 def repository() -> Path | None:
@@ -48,10 +49,10 @@ def commit_and_dirty() -> tuple[str | None, bool | None]:
     return sha, None if status is None else bool(status)
 
 
-def versions() -> dict[str, str | None]:
+def versions(libraries: Sequence[str] = LIBRARIES) -> dict[str, str | None]:
     """Python's version and each library's installed version (None: not installed)."""
     found: dict[str, str | None] = {"python": platform.python_version()}
-    for name in LIBRARIES:
+    for name in libraries:
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

@@ -403,7 +403,8 @@ def _eval(args: argparse.Namespace) -> int:
     policy = Policy.load(args.checkpoint, None, args.cluster)
     cluster = policy.cluster()
     check(pipeline, policy, cluster)
-    graphs = [(pg.name, pg.graph) for pg in load_graphs(args.graphs, _ungrouped(policy.config))]
+    loaded = load_graphs(args.graphs, _ungrouped(policy.config))
+    graphs = [(pg.name, pg.op_graph or pg.graph) for pg in loaded]
     placed = place_many(graphs, cluster, pipeline, policy, jax.random.key(args.seed),
                         compare=not args.no_heuristics, progress=not args.json)  # fmt: skip
     if args.json:
@@ -414,5 +415,5 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _ungrouped(config: Config) -> Config:
-    """`config` reading graphs as op graphs (the pipeline coarsens them itself)."""
+    """`config` reading graphs without coarsening (the pipeline coarsens them itself)."""
     return apply(config, {"run.group_target": 0})

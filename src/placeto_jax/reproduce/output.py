@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.metadata
 import io
 import json
 import os
 import platform
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from placeto_jax.files import atomic_write, write_result
+from placeto_jax.provenance import git, versions
 
 SEARCH_METHODS = ("local-search", "cross-entropy")  # the baselines that take a search budget
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "jraph", "chex", "numpy", "scipy", "pymetis")
@@ -30,19 +29,9 @@ def git_commit(root: Path | None = None) -> dict[str, Any]:
     """{"commit": sha or None, "modified": [files changed since it, outside results/]} of the
     source checkout (or of the repository at `root`)."""
     root = root or Path(__file__).resolve().parents[3]
-
-    def run(*argv: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", *argv], cwd=root, capture_output=True, text=True, timeout=10, check=True
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.rstrip()
-
     # the experiments' own outputs (results/ holds committed tables) do not make a checkout dirty
-    status = run("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results") or ""
-    return {"commit": run("rev-parse", "HEAD"), "modified": status.splitlines()}
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", cwd=root)
+    return {"commit": git("rev-parse", "HEAD", cwd=root), "modified": (status or "").splitlines()}
 
 
 def hardware() -> dict[str, Any]:
@@ -65,17 +54,6 @@ def hardware() -> dict[str, Any]:
         "jax_backend": jax.default_backend(),
         "jax_devices": [str(d.device_kind) for d in jax.devices()],
     }
-
-
-def versions() -> dict[str, str | None]:
-    """Installed versions of the libraries results depend on (None: not installed)."""
-    found = {}
-    for name in LIBRARIES:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
-    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +116,7 @@ class Recorder:
             seeds=list(seeds),
             git=git_commit(),
             hardware=hardware(),
-            versions=versions(),
+            versions=versions(LIBRARIES),
             started=self.started,
             wall_s=time.perf_counter() - self._clock,
         )

@@ -328,32 +328,6 @@ class Trainer:
             proposal = jnp.argmax(scores, axis=1)
         return jnp.where(others.any(axis=1), proposal, own).astype(jnp.int32)
 
-    def propose_at(
-        self,
-        params: Any,
-        env_params: EnvParams,
-        graph: jax.Array,
-        placement: jax.Array,
-        start: jax.Array,
-        steps: jax.Array,
-        key: jax.Array,
-        proposer: str = "policy",
-    ) -> jax.Array:
-        """[M] int32: the proposal (`proposals`) at each of `steps` [M] (step t visits the unit
-        at position t mod units of the bank graph `graph`'s order) from one placement [N] int32
-        and its simulated start times [N] µs: what `polish` would propose there if nothing had
-        moved since. The observations are batched over M (one policy pass each)."""
-        _check_proposer(proposer)
-        order = env_params.bank.order[graph]
-
-        def observe(t):
-            return self.env.observe(
-                EnvState.replayed(graph, order, t, placement, start), env_params
-            )
-
-        passes_done = _passes_done(steps, graph, env_params)
-        return self.proposals(params, jax.vmap(observe)(steps), key, proposer, passes_done)
-
     # ------------------------------------------------------------------ loss
     def grad_chunk(self) -> int:
         if self.config.train.grad_chunk:
@@ -569,8 +543,6 @@ class Train(NamedTuple):
     polish_begin: Callable[[EnvParams], PolishCarry]  # (env_params) -> the search's start
     polish_steps: Callable[..., PolishCarry]
     # (params, env_params, carry, keys [S], live [S], proposer="policy" static) -> carry
-    propose: Callable[..., jax.Array]
-    # (params, env_params, graph, placement, start, steps, key, proposer static) -> [M] devices
     env_params: EnvParams  # the whole bank, every graph played (replicated on the mesh)
     hyper: Hyper  # the config's learning rate and entropy weight
     trainer: Trainer  # the static parts (shapes, config, networks)
@@ -643,9 +615,6 @@ def make_train(
         polish_begin=precision.Scoped(jax.jit(trainer.polish_begin), float_dtype),
         polish_steps=precision.Scoped(
             jax.jit(trainer.polish_steps, static_argnames="proposer"), float_dtype
-        ),
-        propose=precision.Scoped(
-            jax.jit(trainer.propose_at, static_argnames="proposer"), float_dtype
         ),
         env_params=env_params,
         hyper=hyper,

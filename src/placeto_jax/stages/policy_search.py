@@ -17,7 +17,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config, apply
@@ -29,10 +28,8 @@ from placeto_jax.placers import PlacerResult, scored
 from placeto_jax.placers.base import Solution
 from placeto_jax.placers.squeeze import squeeze
 from placeto_jax.rl.evaluate import Placement, rank_visited, start_name
-from placeto_jax.rl.train import EVAL_KEY, Train, make_train
-from placeto_jax.sim.api import simulate
+from placeto_jax.rl.train import Train, make_train
 from placeto_jax.sim.padded import fine_bucket
-from placeto_jax.sim.ranking import rank_keys
 
 
 def polish_placements(
@@ -43,7 +40,6 @@ def polish_placements(
     cluster: Cluster,
     passes: int,
     proposer: str = "policy",
-    block: int = 1,
     progress: bool = False,
     on_groups: bool = False,
 ) -> list[Placement]:
@@ -51,18 +47,13 @@ def polish_placements(
     on each op graph (co-located ops stay tied), all in one bank: one compiled program;
     `on_groups`: on each graph as given instead, moving whole groups (a placement that splits
     a group, which the policy's episodes on that graph never do, is regrouped within it as in
-    improve mode), every move still judged on the op graph. `block`
-    1: one proposal at a time (`Train.polish`); more: `block` proposals at a time, simulated
-    together (`polish_in_blocks`); `progress`: a bar over the search's steps. Each result is
+    improve mode), every move still judged on the op graph (`Train.polish`); `progress`: a
+    bar over the search's steps. Each result is
     the better of its placement and the search's, by exact simulation; its start and initial
     makespan stay the first placement's, its `evaluations` add the ranking's and
     `polish_steps` counts the search's simulations."""
     if passes < 1:
         raise ValueError(f"polishing needs passes >= 1, got {passes}")
-    if block < 1:
-        raise ValueError(f"polishing needs a block of >= 1 proposals, got {block}")
-    if on_groups and block > 1:
-        raise ValueError("polishing groups proposes one move at a time (block 1)")
     overhead = cluster.delta1
     config = apply(
         config,
@@ -74,10 +65,7 @@ def polish_placements(
         for pg, p in zip(graphs, placed, strict=True)
     ]  # fmt: skip
     run = make_train(config, build_bank(started, polish_buckets(config, started)), cluster)
-    if block == 1:
-        polished = polish_with(run, params, run.env_params, started, cluster, proposer, progress)
-    else:
-        polished = polish_in_blocks(run, params, started, cluster, block, proposer, progress)
+    polished = polish_with(run, params, run.env_params, started, cluster, proposer, progress)
     return [
         improved(p, q, q.evaluations, polish_steps=q.polish_steps)
         for p, q in zip(placed, polished, strict=True)
@@ -131,99 +119,6 @@ def polish_with(
         steps = config.env.passes * pg.n_units
         placements.append(dataclasses.replace(ranked, polish_steps=steps + 1))
     return placements
-
-
-def polish_in_blocks(
-    run: Train,
-    params: Any,
-    graphs: list[PlacementGraph],
-    cluster: Cluster,
-    block: int,
-    proposer: str = "policy",
-    progress: bool = False,
-) -> list[Placement]:
-    """Each graph of `run`'s bank (`graphs`, in that order, each its own op graph with a given
-    start) improved by policy-guided search `block` proposals at a time, in the bank's unit
-    order for `env.passes` passes: the next `block` units each get `polish`'s proposal from the
-    current placement (`Train.propose`), the moves are simulated together (one batch, float64),
-    and of the moves that help, the best alone and the best k together for every k (one more
-    batch) are compared; the fastest, fitting memory first, becomes the current placement.
-    So a block costs its moves plus the helpful ones less one, and a pass of N units costs
-    about N simulations, as one-at-a-time polishing does, but in batches. `polish_steps`
-    counts every simulation, the start's included; `progress`: a bar over the proposals."""
-    config = run.trainer.config
-    bank = jax.device_get(run.env_params.bank)
-    n_pad = run.trainer.n_pad
-    placements = []
-    proposals = config.env.passes * int(np.sum(bank.n_units[: len(graphs)]))
-    bar = tqdm(total=proposals, desc="polish", unit="step", disable=not progress)
-    for i, pg in enumerate(graphs):
-        op_graph, n = pg.graph, pg.graph.n_ops
-        unit_of = np.asarray(bank.unit[i, :n])
-        n_units = int(bank.n_units[i])
-        order = np.asarray(bank.order[i, :n_units])
-        current = np.asarray(pg.start.placement, dtype=np.int64)
-        first_run = simulate(op_graph, cluster, current[None])
-        (score,) = rank_keys(first_run.makespan, first_run.peak_memory, cluster)
-        now, steps = first_run[0], 1
-        total = config.env.passes * n_units
-        for first in range(0, total, block):
-            at = first + np.arange(block, dtype=np.int32)
-            bar.update(min(block, total - first))
-            proposed = run.propose(
-                params, run.env_params, i, _padded(current, n_pad), _padded(now.start, n_pad),
-                at, jax.random.fold_in(jax.random.key(EVAL_KEY), first), proposer=proposer,
-            )  # fmt: skip
-            moves = _moves(current, unit_of, order[at[at < total] % n_units],
-                           np.asarray(proposed)[at < total])  # fmt: skip
-            if not moves:
-                continue
-            trials = np.stack([_moved(current, unit_of, m) for m in moves])
-            singles = simulate(op_graph, cluster, trials)
-            scores = rank_keys(singles.makespan, singles.peak_memory, cluster)
-            helpful = [j for j in sorted(range(len(moves)), key=lambda j: scores[j])
-                       if scores[j] < score]  # fmt: skip
-            steps += len(moves)
-            if not helpful:
-                continue
-            # the best k helpful moves together, for k = 1 (simulated already) to all of them
-            tried = []
-            for j in helpful:
-                tried.append(_moved(tried[-1] if tried else current, unit_of, moves[j]))
-            runs, keys = [singles[helpful[0]]], [scores[helpful[0]]]
-            if len(tried) > 1:
-                combined = simulate(op_graph, cluster, np.stack(tried[1:]))
-                runs += [combined[k] for k in range(len(tried) - 1)]
-                keys += rank_keys(combined.makespan, combined.peak_memory, cluster)
-                steps += len(tried) - 1
-            best = min(range(len(tried)), key=keys.__getitem__)
-            current, now, score = tried[best], runs[best], keys[best]
-        ranked = rank_visited(pg, cluster, np.stack([pg.start.placement, current]),
-                              start_name(config, pg))  # fmt: skip
-        placements.append(dataclasses.replace(ranked, polish_steps=steps))
-    bar.close()
-    return placements
-
-
-def _padded(x: np.ndarray, n_pad: int) -> np.ndarray:
-    out = np.zeros(n_pad, dtype=np.int32 if x.dtype.kind in "iu" else np.float32)
-    out[: x.size] = x
-    return out
-
-
-def _moves(current, unit_of, units, devices) -> list[tuple[int, int]]:
-    """(unit, device) for each proposal that moves its unit somewhere else."""
-    return [
-        (int(u), int(d))
-        for u, d in zip(units, devices, strict=True)
-        if d != current[np.argmax(unit_of == u)]
-    ]
-
-
-def _moved(current: np.ndarray, unit_of: np.ndarray, move: tuple[int, int]) -> np.ndarray:
-    """`current` with every op of the unit of `move` (unit, device) on that device."""
-    unit, device = move
-    return np.where(unit_of == unit, device, current)
 
 
 def squeeze_placements(
