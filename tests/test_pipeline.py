@@ -1,0 +1,93 @@
+"""`placeto_jax.place`: named pipelines, their validation, and what each stage reports."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import placeto_jax as pj
+from placeto_jax.config import Config, PolicyConfig, make_pipeline
+from placeto_jax.env.bank import build_bank, prepare
+from placeto_jax.graphs import generators
+from placeto_jax.placers import fast_heuristics, fastest_fitting
+from placeto_jax.rl.train import make_train
+
+CLUSTER = pj.Cluster.preset("placeto-k80", 2)
+
+
+def _graph():
+    return generators.layered(24, seed=0)
+
+
+def _untrained_policy(graph) -> pj.Policy:
+    config = Config(n_devices=2, policy=PolicyConfig(rounds=1))
+    run = make_train(config, build_bank([prepare("g", graph)]), CLUSTER)
+    return pj.Policy(config, run.init(jax.random.key(1), run.env_params).params)
+
+
+def test_the_heuristics_pipeline_is_the_best_fast_heuristic_and_needs_no_policy():
+    graph = _graph()
+    placed = pj.place(graph, CLUSTER, pj.PIPELINES["heuristics"])
+    results = fast_heuristics(graph, CLUSTER, jax.random.key(0))
+    best = fastest_fitting(results)
+    assert placed.result.makespan == pytest.approx(best.makespan)
+    np.testing.assert_array_equal(placed.result.placement, best.placement)
+    (stage,) = placed.stages
+    assert stage.name == "heuristics"
+    assert stage.evaluations == sum(r.evaluations + 1 for r in results)  # one score each
+    assert placed.best_heuristic.method == best.method
+    simulated = pj.simulate(graph, CLUSTER, placed.result.placement)
+    assert placed.result.makespan == pytest.approx(float(simulated.makespan), rel=1e-12)
+
+
+def test_a_policy_pipeline_without_a_policy_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="this pipeline places with a policy"):
+        pj.place(_graph(), CLUSTER)
+    with pytest.raises(ValueError, match="this pipeline places with a policy"):
+        pj.place(_graph(), CLUSTER, make_pipeline("heuristics", ["pipeline.random_passes=1"]))
+
+
+def test_named_pipelines_take_overrides_and_name_what_is_wrong():
+    search = make_pipeline("search", ["pipeline.samples=4", "pipeline.squeeze=false"])
+    assert (search.samples, search.squeeze, search.proposer) == (4, False, "ranked")
+    assert make_pipeline(None) == pj.PIPELINES["policy"] == pj.Pipeline()
+    for name, overrides, message in (
+        ("best", [], "unknown pipeline 'best'"),
+        ("policy", ["samples=3"], "expected pipeline.FIELD=VALUE"),
+        ("heuristics", ["pipeline.samples=3"], "not with source=heuristics"),
+        ("policy", ["pipeline.group_targets=8,-1"], "pipeline.group_targets must be >= 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            make_pipeline(name, overrides)
+
+
+def test_stages_run_in_order_and_count_their_simulations():
+    # An untrained policy, greedy episode from a random start, then two passes of op-level
+    # search: the search simulates every op twice and its start (2 N + 1), then ranks the
+    # distinct placements of its start and its result exactly.
+    graph = _graph()
+    policy = _untrained_policy(graph)
+    plain = pj.place(graph, CLUSTER, policy=policy, compare=False)
+    (episodes,) = plain.stages
+    steps = graph.n_ops  # one pass, one step per op
+    assert episodes.name == "episodes"
+    assert episodes.evaluations == steps + plain.result.evaluations
+    assert plain.best_heuristic is None
+    searched = pj.place(graph, CLUSTER, make_pipeline("policy", ["pipeline.search_ops=2"]), policy)
+    first, search = searched.stages
+    assert (first.name, search.name) == ("episodes", "search-ops")
+    assert first.evaluations == episodes.evaluations  # the same episode
+    moved = not np.array_equal(searched.result.placement, plain.result.placement)
+    assert search.evaluations == 2 * graph.n_ops + 1 + (2 if moved else 1)
+    assert searched.evaluations == first.evaluations + search.evaluations
+    assert searched.result.makespan <= plain.result.makespan
+    assert search.makespan == searched.result.makespan
+    simulated = pj.simulate(graph, CLUSTER, searched.result.placement)
+    assert searched.result.makespan == pytest.approx(float(simulated.makespan), rel=1e-12)
+
+
+def test_a_policy_for_another_device_count_is_refused():
+    policy = _untrained_policy(_graph())
+    with pytest.raises(ValueError, match="the policy places on 2 devices, the cluster has 3"):
+        pj.place(_graph(), pj.Cluster.preset("placeto-k80", 3), policy=policy)
