@@ -31,6 +31,14 @@ def test_the_readme_fits_a_screen_and_its_table_cells_are_short():
             assert len(cell.split()) <= 25, cell
 
 
+def test_the_readmes_relative_links_name_files_that_exist():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if "://" not in link and not link.startswith("mailto:")]
+    assert local
+    missing = [link for link in local if not (README.parent / link).exists()]
+    assert not missing, missing
+
+
 def test_the_quickstart_runs_as_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
