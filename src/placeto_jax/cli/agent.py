@@ -219,7 +219,7 @@ def add_start_option(parser: argparse.ArgumentParser, default: str | None) -> No
 
 INTERRUPTED = 130  # exit status of a train stopped by Ctrl-C (128 + SIGINT)
 NO_HEURISTICS = (
-    "do not run the fast heuristics (METIS, HEFT, m-ETF, m-SCT) that the table compares with "
+    "do not run the fast heuristics (placers.FAST_HEURISTICS) that the table compares with "
     "(they take seconds per graph)"
 )
 
