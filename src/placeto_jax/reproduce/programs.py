@@ -6,6 +6,8 @@ import gc
 
 import jax
 
+from placeto_jax.stages.policy_search import forget_search_programs
+
 
 def release_compiled_programs() -> None:
     """Drop every cached compiled program (a jitted function compiles again at its next call)
@@ -14,5 +16,6 @@ def release_compiled_programs() -> None:
     `vm.max_map_count` (65,530 by default), which LLVM reports as "Cannot allocate memory":
     the improve experiment's ptb part held 31,600 mappings at its peak on its own, and failed
     so after the cifar10 and benchmark parts had left theirs."""
+    forget_search_programs()
     jax.clear_caches()
     gc.collect()

@@ -600,8 +600,7 @@ def make_train(
     run inside `precision.scope(float_dtype)`. `mesh` (`sharding.episode_mesh()`) splits the
     episodes over its devices; the constants are then replicated on it."""
     trainer = Trainer.create(config, bank, cluster.broadcast, mesh)
-    with precision.scope(float_dtype):  # float64 arrays need 64-bit types on
-        env_params = trainer.env.env_params(bank, cluster, float_dtype)
+    env_params = bank_env_params(trainer, bank, cluster, float_dtype)
     hyper = Hyper.of(config)
     init = jax.jit(trainer.init)
     if mesh is not None:
@@ -620,6 +619,14 @@ def make_train(
         hyper=hyper,
         trainer=trainer,
     )
+
+
+def bank_env_params(
+    trainer: Trainer, bank: Bank, cluster: Cluster, float_dtype: Any = jnp.float32
+) -> EnvParams:
+    """The environment parameters of `bank` for `trainer`'s programs, in `float_dtype`."""
+    with precision.scope(float_dtype):  # float64 arrays need 64-bit types on
+        return trainer.env.env_params(bank, cluster, float_dtype)
 
 
 def ranks_before(a: EnvState, b: EnvState, capacity: jax.Array) -> jax.Array:
