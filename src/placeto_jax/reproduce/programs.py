@@ -6,7 +6,7 @@ import gc
 
 import jax
 
-from placeto_jax.stages.policy_search import forget_search_programs
+from placeto_jax.rl.train import forget_compiled_runs
 
 
 def release_compiled_programs() -> None:
@@ -16,6 +16,6 @@ def release_compiled_programs() -> None:
     `vm.max_map_count` (65,530 by default), which LLVM reports as "Cannot allocate memory":
     the improve experiment's ptb part held 31,600 mappings at its peak on its own, and failed
     so after the cifar10 and benchmark parts had left theirs."""
-    forget_search_programs()
+    forget_compiled_runs()
     jax.clear_caches()
     gc.collect()

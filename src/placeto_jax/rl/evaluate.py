@@ -24,7 +24,7 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.env.core import EnvParams
-from placeto_jax.rl.train import Train, TrainState, make_train
+from placeto_jax.rl.train import Train, TrainState, compiled_run
 from placeto_jax.sim.api import simulate, single_device
 from placeto_jax.sim.ranking import memory_overflow, rank_key, rank_keys
 
@@ -65,10 +65,8 @@ def place_graphs(
     """Greedy placements of `graphs` (all in one bank: one compiled program), each also ranked
     with the placements of `samples` sampled episodes on it, drawn with `key` at `temperature`,
     and with `found`'s (`place_with`)."""
-    run = make_train(config, build_bank(graphs, config.run.buckets), cluster)
-    return place_with(
-        run, params, run.env_params, graphs, cluster, samples, key, temperature, found
-    )
+    run, env_params = compiled_run(config, build_bank(graphs, config.run.buckets), cluster)
+    return place_with(run, params, env_params, graphs, cluster, samples, key, temperature, found)
 
 
 def best_of_groupings(per_grouping: list[list[Placement]]) -> list[Placement]:

@@ -39,7 +39,7 @@ from placeto_jax.rl.checkpoint import (
     write_run,
 )
 from placeto_jax.rl.sharding import local_copy
-from placeto_jax.rl.train import Trainer, TrainState, make_train
+from placeto_jax.rl.train import Trainer, TrainState, keep_run, make_train
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +98,8 @@ def train_and_evaluate(
     its devices, across processes too; only process 0 locks, writes and logs."""
     bank = build_bank(graphs, config.run.buckets)
     run = make_train(config, bank, cluster_of(config), mesh)
+    if mesh is None:
+        keep_run(run, bank, cluster_of(config))  # placing its graphs next reuses its programs
     lead = jax.process_index() == 0
     provenance = Provenance(config_digest(config), tuple(graph_digests(graphs)))
     with workdir_lock(workdir) if lead else contextlib.nullcontext():

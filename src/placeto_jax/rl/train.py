@@ -20,6 +20,7 @@ functions run inside `precision.scope`, so the global `jax_enable_x64` flag does
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -627,6 +628,42 @@ def bank_env_params(
     """The environment parameters of `bank` for `trainer`'s programs, in `float_dtype`."""
     with precision.scope(float_dtype):  # float64 arrays need 64-bit types on
         return trainer.env.env_params(bank, cluster, float_dtype)
+
+
+RUNS_KEPT = 4  # compiled runs kept for reuse (`compiled_run`; each holds its programs)
+_runs: collections.OrderedDict = collections.OrderedDict()
+
+
+def compiled_run(config: Config, bank: Bank, cluster: Cluster) -> tuple[Train, EnvParams]:
+    """A run whose programs play `bank`, and `bank`'s environment parameters. A run kept for a
+    bank of the same static shape (config, cluster, graphs, padding, steps, levels) is reused
+    with `bank` as data, so training and the placements after it, or the search stages of one
+    pipeline, compile once instead of once each. Outputs are those of a fresh run."""
+    key = _run_key(config, bank, cluster)
+    run = _runs.get(key)
+    if run is None:
+        run = make_train(config, bank, cluster)
+        keep_run(run, bank, cluster)
+        return run, run.env_params
+    _runs.move_to_end(key)
+    return run, bank_env_params(run.trainer, bank, cluster)
+
+
+def keep_run(run: Train, bank: Bank, cluster: Cluster) -> None:
+    """Keep `run` (built on `bank`, no mesh) for `compiled_run`, the oldest dropped past
+    `RUNS_KEPT`."""
+    _runs[_run_key(run.trainer.config, bank, cluster)] = run
+    while len(_runs) > RUNS_KEPT:
+        _runs.popitem(last=False)
+
+
+def forget_compiled_runs() -> None:
+    """Drop the kept runs, so that their compiled programs can be freed."""
+    _runs.clear()
+
+
+def _run_key(config: Config, bank: Bank, cluster: Cluster) -> tuple:
+    return (config, cluster, bank.n_graphs, bank.n_pad, bank.max_level, int(bank.n_units.max()))
 
 
 def ranks_before(a: EnvState, b: EnvState, capacity: jax.Array) -> jax.Array:

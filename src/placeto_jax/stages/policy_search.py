@@ -11,7 +11,6 @@ placements to improve and ranks the results on the op graph. The squeeze adapter
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import time
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config, apply
-from placeto_jax.env.bank import Bank, PlacementGraph, build_bank, prepare
+from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.env.core import EnvParams
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs.core import Graph
@@ -29,7 +28,7 @@ from placeto_jax.placers import PlacerResult, scored
 from placeto_jax.placers.base import Solution
 from placeto_jax.placers.squeeze import squeeze
 from placeto_jax.rl.evaluate import Placement, rank_visited, start_name
-from placeto_jax.rl.train import Train, bank_env_params, make_train
+from placeto_jax.rl.train import Train, compiled_run
 from placeto_jax.sim.padded import fine_bucket
 
 
@@ -65,38 +64,13 @@ def polish_placements(
                    p.placement, p.start, cluster.n_devices, overhead)
         for pg, p in zip(graphs, placed, strict=True)
     ]  # fmt: skip
-    run, env_params = search_program(config, build_bank(started, polish_buckets(config, started)),
-                                     cluster)  # fmt: skip
+    run, env_params = compiled_run(config, build_bank(started, polish_buckets(config, started)),
+                                   cluster)  # fmt: skip
     polished = polish_with(run, params, env_params, started, cluster, proposer, progress)
     return [
         improved(p, q, q.evaluations, polish_steps=q.polish_steps)
         for p, q in zip(placed, polished, strict=True)
     ]
-
-
-PROGRAMS_KEPT = 4  # compiled search runs kept for reuse (each holds its compiled programs)
-_programs: collections.OrderedDict = collections.OrderedDict()
-
-
-def search_program(config: Config, bank: Bank, cluster: Cluster) -> tuple[Train, EnvParams]:
-    """A run whose search programs play `bank`, and `bank`'s environment parameters. A run
-    built for a bank of the same static shape (config, cluster, graphs, padding, steps, levels)
-    is reused with `bank` as data, so the search stages of one pipeline (the op-level search,
-    random passes, a second start) compile once instead of once each."""
-    key = (config, cluster, bank.n_graphs, bank.n_pad, bank.max_level, int(bank.n_units.max()))
-    run = _programs.get(key)
-    if run is None:
-        run = _programs[key] = make_train(config, bank, cluster)
-        while len(_programs) > PROGRAMS_KEPT:
-            _programs.popitem(last=False)
-        return run, run.env_params
-    _programs.move_to_end(key)
-    return run, bank_env_params(run.trainer, bank, cluster)
-
-
-def forget_search_programs() -> None:
-    """Drop the kept search runs (`search_program`), so their compiled programs can be freed."""
-    _programs.clear()
 
 
 def improved(p: Placement, q: Any, spent: int, **steps: int) -> Placement:
