@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from placeto_jax.cluster import PRESETS, Cluster
 from placeto_jax.config import EVERY_OTHER_DEVICE, Config, Pipeline, apply, make_config
@@ -177,8 +178,8 @@ def place_many(
     episodes of all graphs in one bank (one compiled program). `key` (default: key 0) draws the
     sampled episodes and the heuristics that need one; `compare`: run the fast heuristics on
     each op graph to report the best (`Placed.best_heuristic`); `progress`: bars over the
-    search stages. ValueError before any work when a stage needs a policy and none is given,
-    or the policy places for another device count."""
+    heuristics and the search stages. ValueError before any work when a stage needs a policy
+    and none is given, or the policy places for another device count."""
     pipeline = Pipeline() if pipeline is None else pipeline
     check(pipeline, policy, cluster)
     key = jax.random.key(0) if key is None else key
@@ -191,7 +192,8 @@ def place_many(
     heuristics_s = 0.0
     if need_heuristics:
         began = time.perf_counter()
-        heuristics = [fast_heuristics(g, cluster, key) for _, g in named]
+        bar = tqdm(named, desc="heuristics", unit="graph", disable=not progress)
+        heuristics = [fast_heuristics(g, cluster, key) for _, g in bar]
         heuristics_s = (time.perf_counter() - began) / len(named)
     log: list[list[Stage]] = [[] for _ in named]
     if pipeline.source == "heuristics":

@@ -252,6 +252,7 @@ def _train(args: argparse.Namespace) -> int:
     placed = place_many(
         [(pg.name, pg.op_graph or pg.graph) for pg in graphs], cluster_of(config), pipeline,
         policy, jax.random.key(args.seed), compare=not args.no_heuristics,
+        progress=not args.no_progress,
     )  # fmt: skip
     print(train_text(config, placed, workdir))
     return 0
