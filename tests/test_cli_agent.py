@@ -255,6 +255,10 @@ def test_place_method_squeezes_when_it_overflows(capsys, tmp_path):
     assert main([*argv, "--set", "pipeline.squeeze=true"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["method"] == "single+squeeze" and doc["evaluations"] > 1
+    method, squeezed = doc["stages"]  # the method, then the squeeze: their evaluations add up
+    assert (method["stage"], squeezed["stage"]) == ("single", "squeeze")
+    assert method["evaluations"] + squeezed["evaluations"] == doc["evaluations"]
+    assert squeezed["makespan_us"] == doc["makespan_us"]
     cluster = pj.Cluster.preset("placeto-k80", 2)
     alone, squeezed = (
         pj.simulate_reference(graph, cluster, np.array(p)) for p in ([0] * 6, doc["placement"])
@@ -406,3 +410,22 @@ def test_bad_input_is_one_clear_line(run_dir, tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert err.startswith("placeto-jax: error:") and message in err
     assert not (tmp_path / "w").exists()  # nothing half-written
+
+
+def test_every_json_output_carries_its_pipeline_and_stages(run_dir, capsys):
+    argv = ["place", "example:diamond", "--pipeline", "heuristics", "--devices", "2", "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["pipeline"]["source"] == "heuristics" and doc["method"] == "heuristics"
+    (stage,) = doc["stages"]
+    assert stage["stage"] == "heuristics" and stage["makespan_us"] == doc["makespan_us"]
+    assert doc["best_heuristic"]["makespan_us"] == doc["makespan_us"]
+    assert main([*PLACE_SINGLE, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["pipeline"] == {"method": "single", "budget": None, "squeeze": False}
+    assert [s["stage"] for s in doc["stages"]] == ["single"]
+    argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "example:diamond", "--json"]
+    assert main([*argv, "--set", "pipeline.search_ops=1"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["pipeline"]["search_ops"] == 1
+    assert [s["stage"] for s in row["stages"]] == ["episodes", "search-ops"]

@@ -47,6 +47,7 @@ from placeto_jax.graphs.placements import save_placement
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.pipeline import (
     Policy,
+    Stage,
     check,
     place,
     place_many,
@@ -358,12 +359,16 @@ def _place_method(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
     result = run_method(args.method, graph, cluster, jax.random.key(args.seed), args.budget)
+    stages = [Stage(args.method, result.evaluations, result.wall_s, result.makespan)]
     if squeezing and not result.fits_memory:
-        result = squeezed_method(graph, cluster, result)
+        placed, result = result, squeezed_method(graph, cluster, result)
+        stages.append(Stage("squeeze", result.evaluations - placed.evaluations,
+                            result.wall_s - placed.wall_s, result.makespan))  # fmt: skip
     _write_placement(args.output, graph, result.placement, cluster)
     if args.json:
         doc = method_json(args.graph, result, cluster)
         doc["pipeline"] = {"method": args.method, "budget": args.budget, "squeeze": squeezing}
+        doc["stages"] = [s.to_json() for s in stages]
         print(json.dumps(doc))
         return 0
     print(f"graph    {args.graph}: {graph.n_ops} ops; method {result.method}")
