@@ -52,7 +52,12 @@ def test_simulate_worked_example(capsys, tmp_path, wrapped):
     report = _simulate_json(capsys, "--devices", "3", "--placement", path)
     assert report["makespan_us"] == pytest.approx(171.0, abs=1e-9)
     assert report["peak_memory_bytes"] == [76000.0, 83600.0, 83600.0]
-    assert report["busy_us"] == [110.0, 50.0, 30.0]
+    # compute: a and d (100 + 10 µs) on 0, b on 1, c on 2; busy adds the 5.7 µs gap after a,
+    # b and c (d ends the step: its gap falls after the makespan)
+    assert report["compute_us"] == [110.0, 50.0, 30.0]
+    assert report["busy_us"] == pytest.approx([115.7, 55.7, 35.7], abs=1e-9)
+    assert report["overhead_us"] == pytest.approx([5.7, 5.7, 5.7], abs=1e-9)
+    assert report["utilisation"] == pytest.approx([115.7 / 171, 55.7 / 171, 35.7 / 171])
     assert report["op_count"] == [2, 1, 1]
     assert report["transfers"] == {"count": [1, 1, 1], "bytes": [76000.0, 7600.0, 7600.0]}
     assert report["fits_memory"] is True
@@ -116,6 +121,8 @@ def test_simulate_table(capsys):
         "ops",
         "busy",
         "ms",
+        "overhead",
+        "ms",
         "util",
         "peak",
         "GB",
@@ -125,8 +132,20 @@ def test_simulate_table(capsys):
         "sent",
         "MB",
     ]
-    assert lines[7].split() == ["0", "2", "0.110", "64.3%", "7.6e-05", "12", "1", "0.076"]
-    assert lines[9].split() == ["2", "1", "0.030", "17.5%", "8.36e-05", "12", "1", "0.0076"]
+    # busy: compute (110 and 30 µs) and the 5.7 µs gap after a and c; 115.7 / 171 = 67.7%
+    row0 = ["0", "2", "0.116", "0.006", "67.7%", "7.6e-05", "12", "1", "0.076"]
+    assert lines[7].split() == row0
+    assert lines[9].split() == [
+        "2",
+        "1",
+        "0.036",
+        "0.006",
+        "20.9%",
+        "8.36e-05",
+        "12",
+        "1",
+        "0.0076",
+    ]
 
 
 def test_simulate_gantt(capsys, tmp_path):

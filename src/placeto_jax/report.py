@@ -18,7 +18,9 @@ class PlacementReport:
 
     makespan_us: float
     op_count: np.ndarray  # [D] int64, ops placed on each device
-    busy_us: np.ndarray  # [D] µs, sum of cost / speed of those ops
+    busy_us: np.ndarray  # [D] µs the device is not free: compute plus overhead
+    compute_us: np.ndarray  # [D] µs, sum of cost / speed of its ops
+    overhead_us: np.ndarray  # [D] µs of per-kernel gaps (`delta1`) within the makespan
     peak_memory_bytes: np.ndarray  # [D] bytes, from the simulator
     memory_capacity_bytes: np.ndarray  # [D] bytes
     transfer_count: np.ndarray  # [D] int64, transfers sent on each device's outgoing bus
@@ -43,18 +45,31 @@ def summarize(
     n_dev = cluster.n_devices
     if np.ndim(result.makespan) != 0:
         raise ValueError("summarize takes the result of one placement, not a batch")
-    duration = graph.cost / cluster.speed_array[placement]
+    compute = np.bincount(placement, weights=graph.cost / cluster.speed_array[placement],
+                          minlength=n_dev)  # fmt: skip
+    busy = np.bincount(placement, weights=occupancy(result, cluster.delta1), minlength=n_dev)
     ops = transfers(graph, placement, cluster.broadcast)
     bus = placement[ops]
     return PlacementReport(
         makespan_us=float(result.makespan),
         op_count=np.bincount(placement, minlength=n_dev),
-        busy_us=np.bincount(placement, weights=duration, minlength=n_dev),
+        busy_us=busy,
+        compute_us=compute,
+        overhead_us=np.maximum(busy - compute, 0.0),
         peak_memory_bytes=np.asarray(result.peak_memory, dtype=np.float64),
         memory_capacity_bytes=cluster.memory_array,
         transfer_count=np.bincount(bus, minlength=n_dev),
         transfer_bytes=np.bincount(bus, weights=graph.out_bytes[ops], minlength=n_dev),
     )
+
+
+def occupancy(result: SimResult, delta1: float) -> np.ndarray:
+    """[N] µs each op keeps its device from other work in one simulated placement: from its
+    start to its end (its kernels and the gaps between them), then the `delta1` gap after an op
+    of nonzero duration, cut at the makespan (the simulator's rules 2 and 5)."""
+    start, end = np.asarray(result.start, np.float64), np.asarray(result.end, np.float64)
+    gap = np.where(end > start, delta1, 0.0)
+    return np.minimum(end + gap, float(result.makespan)) - start
 
 
 def transfers(graph: Graph, placement: np.ndarray, broadcast: bool) -> np.ndarray:

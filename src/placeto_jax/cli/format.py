@@ -52,6 +52,8 @@ def report_json(
         "makespan_us": report.makespan_us,
         "op_count": report.op_count.tolist(),
         "busy_us": report.busy_us.tolist(),
+        "compute_us": report.compute_us.tolist(),
+        "overhead_us": report.overhead_us.tolist(),
         "utilisation": report.utilisation.tolist(),
         "peak_memory_bytes": report.peak_memory_bytes.tolist(),
         "memory_capacity_bytes": report.memory_capacity_bytes.tolist(),
@@ -69,12 +71,23 @@ def report_text(
 ) -> str:
     mode = "broadcast" if cluster.broadcast else "no broadcast"
     rows = [
-        ("device", "ops", "busy ms", "util", "peak GB", "capacity GB", "transfers", "sent MB"),
+        (
+            "device",
+            "ops",
+            "busy ms",
+            "overhead ms",
+            "util",
+            "peak GB",
+            "capacity GB",
+            "transfers",
+            "sent MB",
+        ),
         *(
             (
                 str(d),
                 str(report.op_count[d]),
                 f"{report.busy_us[d] / MS:.3f}",
+                f"{report.overhead_us[d] / MS:.3f}",
                 f"{report.utilisation[d]:.1%}",
                 f"{report.peak_memory_bytes[d] / GB:.4g}",
                 f"{report.memory_capacity_bytes[d] / GB:.4g}",
