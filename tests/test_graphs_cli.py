@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import placeto_jax as pj
 from placeto_jax import cli, plotting
 from placeto_jax.graphs import families, generators, zoo
 from placeto_jax.graphs.io import load_graph
@@ -98,14 +99,17 @@ def test_list_with_families(capsys):
 
 def test_show_diamond_text(capsys):
     lines = _ok(capsys, "graphs", "show", "example:diamond").splitlines()
-    assert lines[:5] == [
+    assert lines[:6] == [
         "graph      example:diamond: 4 ops, 4 edges",
         "compute    0.190 ms total, critical path 0.160 ms, parallelism 1.19",
+        # one device: a, b, c, d back to back with three 5.7 µs gaps: 190 + 17.1 = 207.1 µs
+        "one device 0.207 ms on placeto-k80: compute 0.190 ms + per-kernel overhead 0.017 ms "
+        "(4 kernels, 5.7 µs gaps); parallelism with overhead 1.29",
         "params     0 GB",
         "in-degree  mean 1.00, max 2, 1 ops with none",
         "out-degree mean 1.00, max 2, 1 ops with none",
     ]
-    assert [line.split() for line in lines[6:]] == [
+    assert [line.split() for line in lines[7:]] == [
         ["op", "cost", "ms", "share"],
         ["a", "0.100", "52.6%"],
         ["b", "0.050", "26.3%"],
@@ -179,3 +183,19 @@ def test_actions_are_required(capsys):
         cli.main(["graphs"])
     assert info.value.code == 2
     assert "ACTION" in capsys.readouterr().err
+
+
+def test_show_counts_the_per_kernel_overhead_of_a_step_on_one_device(capsys, tmp_path):
+    # A chain of 100, 50 and 30 µs ops running 1, 3 and 2 kernels: on one placeto-k80 (speed
+    # 1, 5.7 µs after every kernel but the step's last) it takes 180 + 5 x 5.7 = 208.5 µs; the
+    # longest path of op durations (their own kernels' gaps inside) is 180 + 3 x 5.7 = 197.1.
+    graph = pj.Graph.from_edges([100.0, 50.0, 30.0], [0, 0, 0], [(0, 1), (1, 2)], kernels=[1, 3, 2])
+    path = tmp_path / "chain.json"
+    pj.save_graph(graph, path)
+    doc = json.loads(_ok(capsys, "graphs", "show", str(path), "--json"))
+    assert (doc["cluster"], doc["kernels"], doc["delta1_us"]) == ("placeto-k80", 6, 5.7)
+    assert doc["one_device_ms"] == pytest.approx(0.2085, abs=1e-12)
+    assert doc["one_device_compute_ms"] == pytest.approx(0.180, abs=1e-12)
+    assert doc["one_device_overhead_ms"] == pytest.approx(0.0285, abs=1e-12)
+    assert doc["parallelism_with_overhead"] == pytest.approx(208.5 / 197.1)
+    assert "k81" in _error(capsys, 2, "graphs", "show", str(path), "--cluster", "k81")

@@ -13,11 +13,12 @@ import numpy as np
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config, Pipeline
 from placeto_jax.graphs.core import Graph
-from placeto_jax.graphs.stats import GraphStats, graph_stats
+from placeto_jax.graphs.stats import GraphStats, critical_path_us, graph_stats
 from placeto_jax.pipeline import Placed, pipeline_json
 from placeto_jax.placers import PlacerResult
 from placeto_jax.report import PlacementReport, format_table
 from placeto_jax.rl.evaluate import Placement
+from placeto_jax.sim.api import simulate
 
 TOP_OPS = 10
 GB = 1e9
@@ -195,11 +196,14 @@ def _list_row(row: dict) -> tuple[str, ...]:
     return (row["name"], *counts, *times, f"{row['parallelism']:.2f}")
 
 
-def show_json(spec: str, graph: Graph) -> dict:
+def show_json(spec: str, graph: Graph, cluster: Cluster) -> dict:
+    """`graphs show`: the graph's statistics, its step on one device of `cluster` (compute and
+    per-kernel overhead), and its costliest ops."""
     total = float(graph.cost.sum())
     top = np.argsort(-graph.cost, kind="stable")[:TOP_OPS]
     return {
         **stats_json(spec, graph_stats(graph)),
+        **one_device_json(graph, cluster),
         "param_bytes": float(graph.param_bytes.sum()),
         "in_degree": _degree_json(graph.in_degree),
         "out_degree": _degree_json(graph.out_degree),
@@ -211,6 +215,27 @@ def show_json(spec: str, graph: Graph) -> dict:
             }
             for v in top
         ],
+    }
+
+
+def one_device_json(graph: Graph, cluster: Cluster) -> dict:
+    """The graph's step on the first device of `cluster` (simulated): its compute, the
+    per-kernel overhead (`delta1` after each kernel), and the parallelism left with kernels
+    counted (that step over the longest path of op durations, transfers free)."""
+    one = simulate(graph, Cluster.preset(cluster.name, 1), np.zeros(graph.n_ops, np.int64))
+    speed = float(cluster.speed_array[0])
+    kernels = graph.kernel_counts
+    duration = graph.cost / speed + np.maximum(kernels - 1, 0) * cluster.delta1
+    step, compute = float(one.makespan), float(graph.cost.sum()) / speed
+    path = critical_path_us(graph, duration)
+    return {
+        "cluster": cluster.name,
+        "kernels": int(kernels.sum()),
+        "delta1_us": cluster.delta1,
+        "one_device_ms": step / MS,
+        "one_device_compute_ms": compute / MS,
+        "one_device_overhead_ms": (step - compute) / MS,
+        "parallelism_with_overhead": step / path if path > 0 else 1.0,
     }
 
 
@@ -237,6 +262,11 @@ def show_text(doc: dict) -> str:
             f"graph      {doc['name']}: {doc['ops']} ops, {doc['edges']} edges",
             f"compute    {doc['total_ms']:.3f} ms total, critical path "
             f"{doc['critical_path_ms']:.3f} ms, parallelism {doc['parallelism']:.2f}",
+            f"one device {doc['one_device_ms']:.3f} ms on {doc['cluster']}: compute "
+            f"{doc['one_device_compute_ms']:.3f} ms + per-kernel overhead "
+            f"{doc['one_device_overhead_ms']:.3f} ms ({doc['kernels']} kernels, "
+            f"{doc['delta1_us']:g} µs gaps); parallelism with overhead "
+            f"{doc['parallelism_with_overhead']:.2f}",
             f"params     {doc['param_bytes'] / GB:.4g} GB",
             *degrees,
             "",

@@ -6,6 +6,8 @@ import argparse
 import json
 
 from placeto_jax.cli.format import list_text, show_json, show_text, stats_json
+from placeto_jax.cli.options import add_cluster_option
+from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.io import save_graph
 from placeto_jax.graphs.registry import BUILTIN_GRAPHS, names, resolve_graph
@@ -34,6 +36,7 @@ def add_graphs_command(commands) -> None:
     show = actions.add_parser("show", help="statistics and the costliest ops of one graph")
     show.add_argument("graph", metavar="NAME", help="graph file or built-in graph")
     show.add_argument("--json", action="store_true", help="print one JSON object")
+    add_cluster_option(show)
     show.set_defaults(command=_show)
     export = actions.add_parser("export", help="save a graph in the placeto-jax format")
     export.add_argument("graph", metavar="NAME", help="graph file or built-in graph")
@@ -72,7 +75,8 @@ def _op_count(name: str, graph: Graph) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    doc = show_json(args.graph, resolve_graph(args.graph))
+    cluster = Cluster.preset(args.cluster, 1)  # an unknown preset fails before the graph
+    doc = show_json(args.graph, resolve_graph(args.graph), cluster)
     print(json.dumps(doc) if args.json else show_text(doc))
     return 0
 

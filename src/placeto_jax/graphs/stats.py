@@ -20,19 +20,21 @@ class GraphStats:
     parallelism: float  # total_us / critical_path_us (1.0 for a graph without compute)
 
 
-def finish_times(graph: Graph) -> np.ndarray:
+def finish_times(graph: Graph, duration: np.ndarray | None = None) -> np.ndarray:
     """[N] float64 µs: the costliest path from a root up to and including each op, computed in
-    the graph's topological order (its end time with unlimited devices and free transfers)."""
+    the graph's topological order (its end time with unlimited devices and free transfers);
+    `duration` [N] µs per op (default: its cost)."""
+    duration = graph.cost if duration is None else duration
     finish = np.zeros(graph.n_ops, dtype=np.float64)
     for v in graph.topological_order:
         parents = graph.parents(v)
-        finish[v] = graph.cost[v] + (finish[parents].max() if parents.size else 0.0)
+        finish[v] = duration[v] + (finish[parents].max() if parents.size else 0.0)
     return finish
 
 
-def critical_path_us(graph: Graph) -> float:
-    """µs: the largest total cost of any path through the graph."""
-    return float(finish_times(graph).max())
+def critical_path_us(graph: Graph, duration: np.ndarray | None = None) -> float:
+    """µs: the largest total cost (or `duration` [N] µs) of any path through the graph."""
+    return float(finish_times(graph, duration).max()) if graph.n_ops else 0.0
 
 
 def graph_stats(graph: Graph) -> GraphStats:
