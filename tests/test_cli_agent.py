@@ -203,6 +203,12 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     assert main([*argv, "--set", "pipeline.search_ops=2"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["polish_steps"] == 2 * 24 + 1  # every op twice, and the initial simulation
+    # every simulation counts, in one field: the episode's 24 steps and its exact ranking, then
+    # the search's 49 and the exact ranking of its start and result (1 or 2 distinct)
+    ranked = 2 if doc["placement"] != plain["placement"] else 1
+    assert plain["evaluations"] == 24 + plain["ranked_evaluations"]
+    assert doc["evaluations"] == plain["evaluations"] + 2 * 24 + 1 + ranked
+    assert doc["evaluations"] == sum(s["evaluations"] for s in doc["stages"])
     assert doc["makespan_us"] <= plain["makespan_us"]
     assert doc["initial_makespan_us"] == pytest.approx(plain["initial_makespan_us"])
     simulated = _simulated("layered:24", "placeto-k80", 2, doc["placement"])

@@ -299,7 +299,9 @@ def _compared(placed: Sequence[Placed]) -> bool:
 
 def policy_json(placed: Placed, pipeline: Pipeline, cluster: Cluster) -> dict:
     """One graph placed by a pipeline on `cluster`: the resolved pipeline, every stage's
-    simulations and seconds, and the best fast heuristic's placement (null when not run)."""
+    simulations and seconds ("evaluations": all of them; "ranked_evaluations": the distinct
+    placements simulated exactly on the op graph), and the best fast heuristic's placement
+    (null when not run)."""
     r, best = placed.result, placed.best_heuristic
     return {
         "graph": r.graph,
@@ -315,7 +317,8 @@ def policy_json(placed: Placed, pipeline: Pipeline, cluster: Cluster) -> dict:
         "fits_memory": r.fits_memory,
         "nodes": r.n_nodes,
         "decisions": r.n_units,
-        "evaluations": r.evaluations,
+        "evaluations": placed.evaluations,
+        "ranked_evaluations": r.evaluations,
         "episodes": r.episodes,
         "episode_steps": r.episode_steps,
         "temperature": r.temperature,
