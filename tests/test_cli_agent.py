@@ -109,7 +109,19 @@ def test_eval_prints_one_row_per_graph(run_dir, capsys):
 def test_train_and_place_compare_with_the_best_heuristic(run_dir, capsys):
     assert _train(run_dir) == 0  # the run is complete: only its summary is printed
     out = capsys.readouterr().out
-    assert "against single device and the best of the fast heuristics" in out
+    assert "the policy's own placement" in out and "against single device and the best" in out
+    header, *rows = (line.split() for line in out.splitlines() if line.startswith(("graph", "l")))
+    assert header[-4:] == ["visited", "ms", "/", "best"]
+    (layered,) = [row for row in rows if row[0] == "layered:12"]
+    # the policy's own column is what `eval` returns on the same graphs (one bank, so the same
+    # random initial placements); the best placement training visited is never slower than it
+    # (the greedy episode is among its candidates)
+    argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "example:diamond,layered:12"]
+    assert main([*argv, "--json"]) == 0
+    placed = json.loads(capsys.readouterr().out)[1]
+    own_ms, visited_ms = float(layered[5]), float(layered[8])  # after "1.717 heft"
+    assert own_ms == pytest.approx(placed["makespan_us"] / 1e3, abs=5e-4)
+    assert visited_ms <= own_ms
     assert main(["place", "example:diamond", "--checkpoint", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "best heuristic (" in out and "/ best heuristic" in out

@@ -214,3 +214,15 @@ def test_training_remembers_the_best_placement_its_episodes_visited():
     assert makespan <= single  # the episodes start from single device
     mean_best = float(metrics["train/best_runtime"].min()) * single * 1e-6  # s, normalised
     assert float(state.found_runtime[0]) <= mean_best * (1 + 1e-6)
+
+
+def test_the_progress_bar_names_its_units():
+    from placeto_jax.config import Config, EnvConfig
+    from placeto_jax.rl.loop import progress_units
+
+    assert progress_units(Config(), 0.71894, 0.5) == {
+        "episode": "0.719 of start",
+        "greedy": "0.500 of start",
+    }
+    seconds = Config(env=EnvConfig(normalize="none"))
+    assert progress_units(seconds, 0.0123456, 2.0) == {"episode": "0.01235 s", "greedy": "2 s"}

@@ -248,14 +248,15 @@ def _train(args: argparse.Namespace) -> int:
     except TrainingInterrupted as stop:
         print(f"placeto-jax: {stop}", file=sys.stderr)
         return INTERRUPTED
-    policy = Policy(config, result.state.params, tuple(found_placements(result.state)))
+    policy = Policy(config, result.state.params)
     pipeline = Pipeline(start=args.start) if args.start not in (None, "random") else Pipeline()
-    placed = place_many(
-        [(pg.name, pg.op_graph or pg.graph) for pg in graphs], cluster_of(config), pipeline,
-        policy, jax.random.key(args.seed), compare=not args.no_heuristics,
-        progress=not args.no_progress,
-    )  # fmt: skip
-    print(train_text(config, placed, workdir))
+    named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs]
+    key, cluster = jax.random.key(args.seed), cluster_of(config)
+    own = place_many(named, cluster, pipeline, policy, key, compare=not args.no_heuristics,
+                     progress=not args.no_progress)  # fmt: skip
+    found = dataclasses.replace(policy, found=tuple(found_placements(result.state)))
+    visited = place_many(named, cluster, pipeline, found, key, compare=False)
+    print(train_text(config, own, visited, workdir))
     return 0
 
 

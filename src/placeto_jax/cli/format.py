@@ -276,16 +276,21 @@ def show_text(doc: dict) -> str:
 
 
 # ---------------------------------------------------------------------- train / place / eval
-def train_text(config: Config, placed: Sequence[Placed], workdir: str) -> str:
-    """The placements after training (the best of the final greedy episode and of what the
-    training episodes visited) against single device and (when run) the best fast heuristic
-    on each graph (`eval_table`), and where the run is."""
-    against = "and the best of the fast heuristics " if _compared(placed) else ""
+def train_text(
+    config: Config, own: Sequence[Placed], visited: Sequence[Placed], workdir: str
+) -> str:
+    """After training, on each graph: the policy's own placement (its greedy episode: what
+    `eval` returns on the same graphs) and the best placement the training episodes visited (or
+    the greedy one, when better), against single device and (when run) the best fast heuristic
+    (`eval_table`), and where the run is."""
+    against = "and the best fast heuristic " if _compared(own) else ""
     return "\n".join(
         [
-            f"placements after {config.train.iterations} updates (best of the greedy episode "
-            f"and the training episodes), against single device {against}on each graph:",
-            eval_table(placed),
+            f"after {config.train.iterations} updates, on each graph: the policy's own placement "
+            f"(placeto: its greedy episode, what `eval --checkpoint {workdir}` returns on these "
+            f"graphs) and the best one its training visited (visited), against single device "
+            f"{against}(ratios: makespan over theirs, lower is better):",
+            eval_table(own, visited),
             "",
             f"run directory: {workdir}  (place a graph: placeto-jax place GRAPH "
             f"--checkpoint {workdir})",
@@ -399,11 +404,12 @@ def method_table(r: PlacerResult) -> str:
     )
 
 
-def eval_table(placed: Sequence[Placed]) -> str:
+def eval_table(placed: Sequence[Placed], visited: Sequence[Placed] | None = None) -> str:
     """One row per graph placed by a pipeline, next to single device and (when run) the best
-    fast heuristic on the same op graph (`*`: overflows a device's memory), and the start of
-    each episode when it was given (improve mode). Ratios: the placement's makespan over the
-    other's, lower is better."""
+    fast heuristic on the same op graph (`*`: overflows a device's memory), the start of each
+    episode when it was given (improve mode), and `visited` (the best placement training
+    visited, per graph) when given. Ratios: the placement's makespan over the other's, lower is
+    better."""
     results = [p.result for p in placed]
     compared = _compared(placed)
     best_columns = ("best heuristic ms", "placeto ms", "/ single", "/ best")
@@ -417,7 +423,7 @@ def eval_table(placed: Sequence[Placed]) -> str:
             *(best_columns if compared else best_columns[1:3]),
         )
     ]
-    for p, r in zip(placed, results, strict=True):
+    for i, (p, r) in enumerate(zip(placed, results, strict=True)):
         row = [r.graph, str(r.n_nodes), f"{r.single_device_makespan / MS:.3f}"]
         if given:
             row += [
@@ -433,7 +439,14 @@ def eval_table(placed: Sequence[Placed]) -> str:
         ]
         if compared:
             row.append(f"{r.makespan / p.best_heuristic.makespan:.3f}")
+        if visited is not None:
+            seen = visited[i].result
+            row.append(f"{seen.makespan / MS:.3f}" + _star(seen.fits_memory))
+            if compared:
+                row.append(f"{seen.makespan / p.best_heuristic.makespan:.3f}")
         rows.append(tuple(row))
+    if visited is not None:
+        rows[0] += ("visited ms", "/ best") if compared else ("visited ms",)
     return format_table(rows)
 
 

@@ -166,10 +166,9 @@ def _train(
                     if iteration == last and (last % config.run.eval_every == 0 or last == total):
                         summary = _eval_record(run.greedy(state.params, env_params), bank.names)
                         record.update(summary)
-                        bar.set_postfix(
-                            runtime=f"{record['train/final_runtime']:.4g}",
-                            eval=f"{summary['eval/best_runtime']:.4g}",
-                        )
+                        bar.set_postfix(progress_units(
+                            config, record["train/final_runtime"], summary["eval/best_runtime"]
+                        ))  # fmt: skip
                         if on_eval is not None:
                             on_eval(iteration, summary)
                     if log is not None:
@@ -185,6 +184,15 @@ def _train(
         checkpointer.close()
     evaluation = local_copy(run.greedy(state.params, env_params))
     return TrainResult(state, run.trainer, bank, evaluation, start)
+
+
+def progress_units(config: Config, episode: float, greedy: float) -> dict[str, str]:
+    """The progress bar's runtimes with their unit: the episodes' final runtime and the greedy
+    evaluation's best, as fractions of the episode's start (the env's `initial` runtimes) or
+    in seconds."""
+    if config.env.normalize == "initial":
+        return {"episode": f"{episode:.3f} of start", "greedy": f"{greedy:.3f} of start"}
+    return {"episode": f"{episode:.4g} s", "greedy": f"{greedy:.4g} s"}
 
 
 def chunks(start: int, end: int, run: RunConfig) -> list[tuple[int, int]]:
