@@ -447,3 +447,17 @@ def test_every_json_output_carries_its_pipeline_and_stages(run_dir, capsys):
     (row,) = json.loads(capsys.readouterr().out)
     assert row["pipeline"]["search_ops"] == 1
     assert [s["stage"] for s in row["stages"]] == ["episodes", "search-ops"]
+
+
+def test_place_json_output_is_a_placement_file(tmp_path, capsys):
+    argv = ["place", "layered:16:3", "--pipeline", "heuristics", "--devices", "2", "--json"]
+    assert main(argv) == 0
+    out = tmp_path / "placed.json"
+    out.write_text(capsys.readouterr().out)
+    placed = json.loads(out.read_text())
+    simulate = ["simulate", "layered:16:3", "--devices", "2", "--placement", str(out), "--json"]
+    assert main(simulate) == 0
+    assert json.loads(capsys.readouterr().out)["makespan_us"] == placed["makespan_us"]
+    simulate[3] = "3"  # another device count than the one it was placed for
+    assert main(simulate) == 2
+    assert "the placement is for 2 devices, not 3" in capsys.readouterr().err

@@ -51,6 +51,9 @@ def save_placement(path: str | os.PathLike, graph: Graph, placement, n_devices: 
         file.write(data.encode())
 
 
+REPORT_KEYS = {"placement", "n_devices", "makespan_us"}  # of `place`/`simulate --json` output
+
+
 def load_placement(path: str | os.PathLike, graph: Graph, n_devices: int) -> np.ndarray:
     """[N] int64 device per op of `graph` from a placement file (named or in op order).
     ValueError names the file and the problem."""
@@ -69,6 +72,10 @@ def placement_from_dict(doc: object, graph: Graph, n_devices: int) -> np.ndarray
         if not isinstance(doc, dict):
             raise ValueError('"placement" must be an object of op name -> device')
     elif isinstance(doc, dict) and set(doc) == {"placement"}:
+        doc = doc["placement"]
+    elif isinstance(doc, dict) and set(doc) >= REPORT_KEYS:  # `place`/`simulate --json` output
+        if doc["n_devices"] != n_devices:
+            raise ValueError(f"the placement is for {doc['n_devices']!r} devices, not {n_devices}")
         doc = doc["placement"]
     if isinstance(doc, dict):
         devices = _by_name(doc, graph)
