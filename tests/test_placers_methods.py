@@ -182,3 +182,13 @@ def test_metis_parts_keep_classes_together_and_split_independent_chains():
     assert tied_parts[0] == tied_parts[19]
     with pytest.raises(ValueError, match="2 to 20 parts"):
         metis_parts(chains, 21)
+
+
+def test_expert_on_a_graph_no_rules_know_says_so():
+    cluster = Cluster(n_devices=2)
+    unknown = run_method("expert", layered(12), cluster, jax.random.key(0))
+    assert unknown.note.startswith("no naming rules know this graph")
+    assert "zoo:nmt" in unknown.note and "compute-balanced blocks" in unknown.note
+    names = ["zoo:nmt/enc0/a", "zoo:nmt/enc1/b", "zoo:nmt/dec0/c"]
+    graph = Graph.from_edges([1.0, 1.0, 1.0], [0, 0, 0], [(0, 1), (1, 2)], names=names)
+    assert run_method("expert", graph, cluster, jax.random.key(0)).note == ""

@@ -44,9 +44,23 @@ _INCEPTION_BRANCHES = ("b1x1", "b5x5", "b3x3dbl", "b3x3", "b7x7dbl", "b7x7x3", "
 
 
 def expert(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:
-    """The expert placement of a zoo graph (see the module docstring)."""
+    """The expert placement of a zoo graph (see the module docstring); on a graph no rules
+    know, the block fallback, said so in the solution's note."""
     del key, budget
-    return Solution(expert_placement(graph, cluster.n_devices))
+    note = ""
+    if not _rules_for(graph.names):
+        note = (
+            "no naming rules know this graph (rules exist for zoo:"
+            f"{', zoo:'.join(sorted(_RULES))}): placed as contiguous, compute-balanced blocks "
+            "of the topological order"
+        )
+    return Solution(expert_placement(graph, cluster.n_devices), note=note)
+
+
+def _rules_for(names: tuple[str, ...]):
+    """The naming rules of the zoo model the op names come from, or None."""
+    model = next((m.group(1) for m in map(_MODEL.match, names) if m), None)
+    return _RULES.get(model)
 
 
 def expert_placement(graph: Graph, n_devices: int) -> np.ndarray:
@@ -59,8 +73,7 @@ def expert_placement(graph: Graph, n_devices: int) -> np.ndarray:
 
 def tag_devices(names: tuple[str, ...], n_devices: int) -> np.ndarray:
     """[N] int64: the device the model's naming rules give each op, -1 where none applies."""
-    model = next((m.group(1) for m in map(_MODEL.match, names) if m), None)
-    rule = _RULES.get(model)
+    rule = _rules_for(names)
     if rule is None:
         return np.full(len(names), -1, dtype=np.int64)
     return np.asarray(rule(names, n_devices), dtype=np.int64)
