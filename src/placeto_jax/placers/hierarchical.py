@@ -154,7 +154,9 @@ def train_hierarchical(
     4,096): the best placement seen and the learning curve."""
     policy = policy or HierarchicalPolicy(cluster.n_devices, batch=min(64, budget or 64))
     inputs = HierInputs.of(graph)
-    return reinforce(graph, cluster, key, budget, policy, inputs, training or Training())
+    return reinforce(
+        graph, cluster, key, budget, policy, inputs, training or Training(), "hierarchical"
+    )
 
 
 def hierarchical(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:

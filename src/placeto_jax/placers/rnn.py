@@ -93,7 +93,7 @@ def train_rnn(
     the best placement seen and the learning curve."""
     policy = policy or RnnPolicy(cluster.n_devices, batch=min(64, budget or 64))
     inputs = RnnInputs.of(graph)
-    return reinforce(graph, cluster, key, budget, policy, inputs, training or Training())
+    return reinforce(graph, cluster, key, budget, policy, inputs, training or Training(), "rnn")
 
 
 def rnn(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:

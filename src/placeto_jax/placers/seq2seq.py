@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
@@ -236,9 +237,11 @@ def reinforce(
     policy: Policy,
     inputs: Any,
     training: Training,
+    name: str = "reinforce",
 ) -> tuple[Solution, Curve]:
     """Train `policy` on one graph with at most `budget` simulator evaluations; return the best
-    placement seen (by penalised makespan) and the learning curve."""
+    placement seen (by penalised makespan) and the learning curve. A progress bar named `name`
+    counts the evaluations where stderr is a terminal."""
     budget = DEFAULT_BUDGET if budget is None else int(budget)
     if budget < 1:
         raise ValueError(f"the evaluation budget must be at least 1, got {budget}")
@@ -251,6 +254,7 @@ def reinforce(
     best, best_score, used = None, np.inf, 0
     evaluations, batch_best, means, walls = [], [], [], []
     began = time.perf_counter()
+    bar = tqdm(total=budget, desc=name, unit="eval", leave=False, disable=None)
     for i, step_key in enumerate(jax.random.split(loop_key, n_updates)):
         placements, actions = _sample(policy, params, inputs, step_key)
         take = min(policy.batch, budget - used)
@@ -258,6 +262,7 @@ def reinforce(
         penalised, makespan, fits = score_batch(graph, cluster, rows)
         scores = penalised[:take]
         used += take
+        bar.update(take)
         top = int(np.argmin(scores))
         if scores[top] < best_score:
             best, best_score = rows[top], float(scores[top])
@@ -282,6 +287,7 @@ def reinforce(
         )
         decay = training.baseline_decay
         baseline = decay * baseline + (1.0 - decay) * reward.mean()
+    bar.close()
     bests, raw, fit = best_so_far(*zip(*batch_best, strict=True))
     curve = Curve(np.asarray(evaluations), bests, raw, fit, np.asarray(means), np.asarray(walls))
     return Solution(best, used), curve
