@@ -154,3 +154,16 @@ def test_relative_cdf_one_panel_per_family():
     assert lines["heft"].get_xdata().tolist() == [1.0, 1.0, 1.5]
     assert len(nmt.get_lines()) == 1  # no rows: only the line at 1.0
     assert (ptb.get_title(), nmt.get_title()) == ("ptb: 2 test graphs", "nmt: 0 test graphs")
+
+
+def test_a_gantt_chart_explains_its_colours_and_lanes():
+    from matplotlib.figure import Figure
+
+    from placeto_jax.plotting import draw_gantt
+
+    figure = Figure()
+    draw_gantt(figure, *_case(True))
+    texts = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert texts[:2] == ["op k with k mod 8 = 0", "op k with k mod 8 = 1"]  # 8 colours
+    assert "lane 'device d': op k running on d" in texts
+    assert "lane 'bus d': op k's output sent from d" in texts

@@ -103,6 +103,18 @@ def draw_gantt(
         f"{label}makespan {float(result.makespan) / 1e3:.3f} ms: {graph.n_ops} ops on "
         f"{cluster.n_devices} devices ({cluster.name})"
     )
+    ax.legend(handles=gantt_legend(), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+
+
+def gantt_legend() -> list[Patch]:
+    """What a Gantt chart's bars and lanes mean."""
+    n = len(_COLOURS)
+    colours = [Patch(color=_COLOURS[k], label=f"op k with k mod {n} = {k}") for k in range(3)]
+    lanes = [
+        Patch(color="none", label="lane 'device d': op k running on d"),
+        Patch(color="none", label="lane 'bus d': op k's output sent from d"),
+    ]
+    return [*colours, Patch(color="none", label="..."), *lanes]
 
 
 def _transfer_bars(result: SimResult, broadcast: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
