@@ -51,6 +51,7 @@ def test_train_prints_a_table_and_resumes(run_dir, capsys):
     assert _train(run_dir) == 0
     out = capsys.readouterr().out
     assert "example:diamond" in out and "layered:12" in out and str(run_dir) in out
+    assert (run_dir / "learning_curve.png").read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.slow

@@ -172,6 +172,30 @@ def plot_layers(graph: Graph, path: str | os.PathLike, title: str) -> None:
         fig.savefig(file, format="png", dpi=100)
 
 
+def plot_training(records: Sequence[Mapping[str, float]], path: str | os.PathLike) -> None:
+    """A run's learning curve from its metrics records (one per update, "iteration" and the
+    trainer's metrics): the episodes' mean final runtime and the greedy evaluation's best, in
+    the environment's units, written atomically to `path` as PNG."""
+    fig = Figure(figsize=(8.0, 4.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for key, label, style in (
+        ("train/final_runtime", "episodes: mean final runtime", "-"),
+        ("eval/best_runtime", "greedy evaluation: best runtime", "o-"),
+    ):
+        points = [(r["iteration"], r[key]) for r in records if key in r]
+        if points:
+            ax.plot(*zip(*points, strict=True), style, label=label, markersize=3)
+    ax.set_xlabel("update")
+    ax.set_ylabel("runtime (env units: of the episode's start by default)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("learning curve")
+    with atomic_write(path) as file:
+        fig.savefig(file, format="png", dpi=100)
+
+
 def draw_learning_curves(
     figure: Figure,
     curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],

@@ -7,6 +7,7 @@ Layout of WORKDIR:
   checkpoints/STEP/integrity.json   SHA-256 of both items' arrays, the config and graph digests
   metrics.jsonl           one JSON object per update (see rl/loop.py)
   tb/                     TensorBoard event files
+  learning_curve.png      the same metrics drawn when a training call ends
 
 A policy is rebuilt from WORKDIR alone: `load_run` gives the config, `restore_params` the weights.
 

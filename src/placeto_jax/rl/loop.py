@@ -253,8 +253,12 @@ class MetricsLog:
             self._tb.add_scalar(key, value, iteration)
 
     def close(self) -> None:
+        """Close the files and draw the learning curve beside them (learning_curve.png)."""
+        from placeto_jax.plotting import plot_training  # matplotlib, only when a run logs
+
         self._file.close()
         self._tb.close()
+        plot_training(self._records(), self.path.with_name("learning_curve.png"))
 
 
 def _summary_writer(directory: Path, purge_step: int):
