@@ -11,11 +11,20 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from placeto_jax.cli import main
 from placeto_jax.cli.execute import parse_sizes
-from placeto_jax.execute import check_graph, execute, local_cluster, op_graph, plan, program
+from placeto_jax.execute import (
+    check_graph,
+    excesses,
+    execute,
+    local_cluster,
+    op_graph,
+    plan,
+    program,
+)
 
 WORKER = Path(__file__).with_name("execute_worker.py")
 ZOO = ["zoo:transformer", "--size", "batch=2", "--size", "seq=8", "--size", "layers=1"]
@@ -157,7 +166,51 @@ def test_cli_refuses_more_devices_than_there_are(capsys):
     assert main(["execute", *ZOO, "--devices", "64", "--cost-model", "roofline"]) == 2
     assert "xla_force_host_platform_device_count=64" in capsys.readouterr().err
     assert main(["execute", "cnn", "--devices", "1"]) == 2
-    assert "execute runs a zoo model" in capsys.readouterr().err
+    assert "STEP must be zoo:NAME, FILE.py:FUNCTION or MODULE:FUNCTION" in capsys.readouterr().err
+    assert main(["execute", "zoo:cnn", "--devices", "1"]) == 2
+    assert "unknown zoo model 'zoo:cnn'" in capsys.readouterr().err
+
+
+STEP_FILE = """
+import jax, jax.numpy as jnp
+
+def make_step():
+    def step(w, x):
+        loss = lambda w: jnp.mean(jnp.tanh(x @ w[0]) @ w[1])
+        return jax.tree.map(lambda p, g: p - 0.1 * g, w, jax.grad(loss)(w))
+    return step, ((jnp.ones((8, 16)), jnp.ones((16, 4))), jnp.ones((4, 8))), (0,)
+
+not_a_step = 3
+"""
+
+
+def test_cli_runs_your_own_step_from_a_file(tmp_path, capsys):
+    path = tmp_path / "mystep.py"
+    path.write_text(STEP_FILE)
+    argv = ["execute", f"{path}:make_step", "--devices", "1", "--cost-model", "roofline"]
+    assert main([*argv, "--repeats", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["equal"] and report["n_pieces"] == 1 and report["worst_excess"] <= 1.0
+    assert report["worst_output"].startswith("[")  # a path in the step's output tree
+    for step, message in (
+        (f"{path}:not_a_step", "has no function 'not_a_step'"),
+        (f"{tmp_path}/none.py:make_step", "no such file"),
+        ("no_such_module_here:make_step", "cannot import 'no_such_module_here'"),
+    ):
+        assert main(["execute", step, "--devices", "1"]) == 2
+        assert message in capsys.readouterr().err
+    assert main([*argv, "--size", "layers=1"]) == 2
+    assert "--size sets a zoo model's sizes" in capsys.readouterr().err
+
+
+def test_outputs_are_compared_leaf_by_leaf_in_tolerances():
+    # |1.0002 - 1| / (1e-5 + 1e-4 x 1) = 1.818...: fails; 5e-6 / 1e-5 = 0.5 passes
+    out = [np.array([1.0002, 0.000005], np.float32), np.array([3, 4]), np.zeros(2)]
+    ref = [np.array([1.0, 0.0], np.float32), np.array([3, 4]), np.zeros(3)]
+    excess = excesses(out, ref)
+    assert excess[0] == pytest.approx(0.0002 / 0.00011, rel=1e-3)
+    assert excess[1] == 0.0 and excess[2] == float("inf")
+    assert excesses([np.array([1.00005])], [np.array([1.0])])[0] <= 1.0
 
 
 @pytest.mark.slow

@@ -118,6 +118,8 @@ class ExecutionResult:
     unsplit_us: float  # median µs of `jax.jit(fn)` on one device
     max_abs_diff: float  # largest |split - unsplit| over the output leaves
     equal: bool  # every leaf within RTOL/ATOL (floats) or identical (other dtypes)
+    worst_output: str  # the output leaf furthest from tolerance (its path in the output tree)
+    worst_excess: float  # that leaf's largest |diff| / (ATOL + RTOL |unsplit|): > 1 fails
     n_pieces: int
     n_transfers: int  # (value, device) copies per step
     transfer_bytes: int  # bytes copied per step
@@ -166,13 +168,16 @@ def check_graph(prog: Program, graph: Graph) -> None:
         if mine != other:
             raise ValueError(
                 f"the graph does not match the function: op {i} ({graph.names[i]!r}) is "
-                f"{other!r} in the graph but {mine!r} in the function (graphs traced with "
-                "unroll_loops=True or grouped are refused)"
+                f"{other!r} in the graph but {mine!r} in the function (trace it with "
+                "`placeto_jax.execute.op_graph(fn, *args)`, one op per jaxpr equation; graphs "
+                "traced at the default HLO level, with unroll_loops=True or grouped are refused)"
             )
     if len(types) != graph.n_ops:
         raise ValueError(
             f"the graph does not match the function: it has {graph.n_ops} ops, the function "
-            f"{len(types)} (graphs traced with unroll_loops=True or grouped are refused)"
+            f"{len(types)} (trace it with `placeto_jax.execute.op_graph(fn, *args)`, one op per "
+            "jaxpr equation; graphs traced at the default HLO level, with unroll_loops=True or "
+            "grouped are refused)"
         )
 
 
@@ -319,18 +324,35 @@ def _times_us(step: Callable[[], Any], repeats: int, warmup: int) -> tuple[float
 def compare(outputs: Sequence[Any], reference: Sequence[Any]) -> tuple[float, bool]:
     """(largest |difference|, whether every leaf matches) of two flat output lists: floats
     within RTOL/ATOL, other dtypes exactly."""
-    worst, equal = 0.0, True
+    excess = excesses(outputs, reference)
+    worst = 0.0
     for a, b in zip(outputs, reference, strict=True):
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape or a.dtype != b.dtype:
             return float("inf"), False
         if a.size:
             worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b))))
-        if np.issubdtype(b.dtype, np.inexact):
-            equal &= bool(np.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
+    return worst, all(e <= 1.0 for e in excess)
+
+
+def excesses(outputs: Sequence[Any], reference: Sequence[Any]) -> list[float]:
+    """[leaves] how far each output leaf is from its reference, in tolerances: the largest
+    |a - b| / (ATOL + RTOL |b|) for floats (NaN where both are NaN counts as equal), 0 or inf
+    for other dtypes (identical or not), inf for another shape or dtype. At most 1 passes."""
+    out = []
+    for a, b in zip(outputs, reference, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            out.append(float("inf"))
+        elif not np.issubdtype(b.dtype, np.inexact):
+            out.append(0.0 if np.array_equal(a, b) else float("inf"))
+        elif not a.size:
+            out.append(0.0)
         else:
-            equal &= bool(np.array_equal(a, b))
-    return worst, equal
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            diff = np.where(np.isnan(a64) & np.isnan(b64), 0.0, np.abs(a64 - b64))
+            out.append(float(np.nanmax(diff / (ATOL + RTOL * np.abs(b64)))))
+    return out
 
 
 def execute(
@@ -362,7 +384,12 @@ def execute(
     unsplit = jax.jit(fn)
     whole = jax.device_put(args, devices[0])
     unsplit_times = _times_us(lambda: unsplit(*whole), repeats, warmup)
-    worst, equal = compare(flat, jax.tree.leaves(unsplit(*whole)))
+    reference = jax.tree.leaves(unsplit(*whole))
+    worst, equal = compare(flat, reference)
+    excess = excesses(flat, reference)
+    at = int(np.argmax(excess)) if excess else 0
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+        jax.tree.unflatten(prog.out_tree, flat))[0]]  # fmt: skip
     simulated = None
     if graph is not None and cluster is not None:
         simulated = float(simulate(graph, cluster, devs).makespan)
@@ -373,6 +400,8 @@ def execute(
         unsplit_us=statistics.median(unsplit_times),
         max_abs_diff=worst,
         equal=equal,
+        worst_output=paths[at] if paths else "",
+        worst_excess=excess[at] if excess else 0.0,
         n_pieces=len(pl.pieces),
         n_transfers=pl.n_transfers,
         transfer_bytes=int(sum(prog.value_bytes[v] for p in pl.pieces for v in p.fetch)),
