@@ -120,9 +120,10 @@ def test_train_and_place_compare_with_the_best_heuristic(run_dir, capsys):
     argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "example:diamond,layered:12"]
     assert main([*argv, "--json"]) == 0
     placed = json.loads(capsys.readouterr().out)[1]
-    own_ms, visited_ms = float(layered[5]), float(layered[8])  # after "1.717 heft"
+    own_ms, visited_ms = float(layered[6]), float(layered[9])  # after "1.717 heft"
     assert own_ms == pytest.approx(placed["makespan_us"] / 1e3, abs=5e-4)
     assert visited_ms <= own_ms
+    assert int(layered[2]) == placed["evaluations"]  # the table's evals: every simulation
     assert main(["place", "example:diamond", "--checkpoint", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "best heuristic (" in out and "/ best heuristic" in out

@@ -406,7 +406,8 @@ def method_table(r: PlacerResult) -> str:
 
 def eval_table(placed: Sequence[Placed], visited: Sequence[Placed] | None = None) -> str:
     """One row per graph placed by a pipeline, next to single device and (when run) the best
-    fast heuristic on the same op graph (`*`: overflows a device's memory), the start of each
+    fast heuristic on the same op graph (`*`: overflows a device's memory), the simulations
+    the pipeline ran for it ("evals", every stage's), the start of each
     episode when it was given (improve mode), and `visited` (the best placement training
     visited, per graph) when given. Ratios: the placement's makespan over the other's, lower is
     better."""
@@ -418,13 +419,14 @@ def eval_table(placed: Sequence[Placed], visited: Sequence[Placed] | None = None
         (
             "graph",
             "nodes",
+            "evals",
             "single ms",
             *(("start ms", "/ start") if given else ()),
             *(best_columns if compared else best_columns[1:3]),
         )
     ]
     for i, (p, r) in enumerate(zip(placed, results, strict=True)):
-        row = [r.graph, str(r.n_nodes), f"{r.single_device_makespan / MS:.3f}"]
+        row = [r.graph, str(r.n_nodes), str(p.evaluations), f"{r.single_device_makespan / MS:.3f}"]
         if given:
             row += [
                 f"{r.initial_makespan / MS:.3f} {r.start}",
