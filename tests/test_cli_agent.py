@@ -463,3 +463,15 @@ def test_place_json_output_is_a_placement_file(tmp_path, capsys):
     simulate[3] = "3"  # another device count than the one it was placed for
     assert main(simulate) == 2
     assert "the placement is for 2 devices, not 3" in capsys.readouterr().err
+
+
+def test_trained_on_one_graph_the_summary_is_what_place_returns(tmp_path, capsys):
+    workdir = tmp_path / "one"
+    argv = ["train", "--graphs", "layered:12", "--devices", "2", "--workdir", str(workdir)]
+    assert main([*argv, "--no-progress", *TINY]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    (row,) = [r for r in rows if r and r[0] == "layered:12"]
+    assert main(["place", "layered:12", "--checkpoint", str(workdir), "--json"]) == 0
+    placed = json.loads(capsys.readouterr().out)
+    assert float(row[6]) == pytest.approx(placed["makespan_us"] / 1e3, abs=5e-4)
+    assert int(row[2]) == placed["evaluations"]
