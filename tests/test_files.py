@@ -49,3 +49,67 @@ def test_write_json_creates_the_folder_and_leaves_no_file_for_a_bad_payload(tmp_
     with pytest.raises(TypeError):
         write_json(bad, {"a": object()})
     assert not bad.exists() and sorted(os.listdir(tmp_path)) == ["new"]
+
+
+def test_a_symlink_is_followed_and_its_target_replaced(tmp_path):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    with atomic_write(link) as file:
+        file.write(b"new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
+def test_a_fifo_is_written_through_not_replaced(tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    with atomic_write(fifo) as file:
+        file.write(b"through")
+    reader.join(timeout=10)
+    assert got == [b"through"] and fifo.is_fifo()
+
+
+def test_a_character_device_is_written_through_not_replaced(tmp_path):
+    import os
+    import stat
+
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # /dev/null's numbers
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    with atomic_write(null) as file:
+        file.write(b"gone")
+    assert null.is_char_device()
+    assert list(tmp_path.iterdir()) == [null]  # no temp file, no regular file in its place
+
+
+def test_dash_is_standard_output_and_a_directory_is_refused(tmp_path, capfd):
+    with atomic_write("-") as file:
+        file.write(b"to stdout\n")
+    assert capfd.readouterr().out == "to stdout\n"
+    with pytest.raises(IsADirectoryError, match=str(tmp_path)), atomic_write(tmp_path):
+        pass
+
+
+def test_a_full_device_is_one_error_naming_the_path(tmp_path):
+    import os
+    import stat
+
+    full = tmp_path / "full"
+    try:
+        os.mknod(full, stat.S_IFCHR | 0o666, os.makedev(1, 7))  # /dev/full's numbers
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    expected = pytest.raises(OSError, match=f"No space left on device: '{full}'")
+    with expected, atomic_write(full) as file:
+        file.write(b"x" * 10)
+        file.flush()
+    assert full.is_char_device()

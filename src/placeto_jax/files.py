@@ -3,19 +3,46 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+STDOUT = "-"  # the path that names standard output
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """Yield a binary file created next to `path`. On normal exit it is flushed, fsynced and
-    renamed over `path` (`os.replace`); on any error it is removed and `path` is left as it was."""
-    target = Path(path)
+    renamed over `path` (`os.replace`); on any error it is removed and `path` is left as it was.
+    Atomic replacement is for regular files: a symlink is followed to its target; an existing
+    path that is not a regular file (a device, a FIFO) is written through, as is "-" (standard
+    output); a directory is refused."""
+    if os.fspath(path) == STDOUT:
+        yield _Unclosed(sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        mode = os.stat(path).st_mode  # through symlinks (/dev/stdout: a pipe, a terminal)
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", os.fspath(path))
+    if mode is not None and not stat.S_ISREG(mode):
+        try:
+            with open(path, "wb") as file:  # a device or a FIFO: written, never replaced
+                yield file
+        except OSError as err:  # name the path asked for (/dev/full: no space left)
+            if err.filename is not None:
+                raise
+            raise OSError(err.errno, err.strerror, os.fspath(path)) from None
+        return
+    target = Path(os.path.realpath(path))  # a symlink's target is replaced, not the link
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -30,6 +57,19 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class _Unclosed:
+    """A binary stream that its user cannot close (standard output stays open)."""
+
+    def __init__(self, stream: BinaryIO):
+        self._stream = stream
+
+    def write(self, data: bytes) -> int:
+        return self._stream.write(data)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 def write_json(path: str | os.PathLike, payload: object) -> None:
