@@ -99,6 +99,45 @@ def test_a_damaged_latest_state_resumes_from_the_newest_intact_step(trained, tmp
     assert json.loads(out.read_text())["placement"] == trained[1]  # the same run, replayed
 
 
+@pytest.mark.parametrize("damage", ["flip", "delete"])
+def test_damaged_latest_params_heal_on_train_and_damage_twice_keeps_both(
+    trained, tmp_path, capsys, damage
+):
+    # The policy of the latest step is damaged (a flipped byte, or its params/ deleted) while
+    # its state is intact: `place` refuses it; `train` on the workdir moves the step aside,
+    # resumes from update 4 and saves step 6 again, after which `place` gives the run's own
+    # placement. Damaged a second time, the first copy set aside stays.
+    workdir = _copy(trained, tmp_path)
+    for round_ in (1, 2):
+        params = workdir / "checkpoints" / "6" / "params"
+        if damage == "flip":
+            _flip(max(_files(params.parent, "params"), key=lambda p: p.stat().st_size),
+                  np.random.default_rng(round_))  # fmt: skip
+        else:
+            shutil.rmtree(params)
+        capsys.readouterr()
+        assert main(["place", "example:diamond", "--checkpoint", str(workdir)]) == 2
+        assert _train(workdir) == 0
+        err = capsys.readouterr().err
+        assert "checkpoint step 6" in err and "resuming from step 4" in err
+        out = tmp_path / "placement.json"
+        assert main(["place", "example:diamond", "--checkpoint", str(workdir), "-o", str(out)]) == 0
+        assert json.loads(out.read_text())["placement"] == trained[1]
+    aside = sorted(p.name for p in (workdir / "damaged-checkpoints").iterdir())
+    assert aside == ["6", "6.1"]
+
+
+def test_a_cut_off_last_metrics_line_is_dropped_on_resume(trained, tmp_path, capsys):
+    # A run killed while writing metrics.jsonl leaves half a line; the next `train` drops it
+    # with everything after the newest checkpoint, and the records read back whole.
+    workdir = _copy(trained, tmp_path)
+    shutil.rmtree(workdir / "checkpoints" / "6")  # resume from update 4
+    metrics = workdir / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"iteration": 7, "train/los')
+    assert _train(workdir) == 0
+    assert [m["iteration"] for m in read_metrics(workdir)] == [1, 2, 3, 4, 5, 6]
+
+
 def test_a_truncated_latest_step_falls_back_and_a_missing_record_counts_as_damage(
     trained, tmp_path, capsys
 ):

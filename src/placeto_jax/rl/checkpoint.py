@@ -337,14 +337,16 @@ class Checkpointer:
 
     def restore_state(self, template: Any, provenance: Provenance) -> Any | None:
         """The newest intact TrainState (shaped like `template`), or None when there is no
-        checkpoint. Damaged newer steps are moved to WORKDIR/damaged-checkpoints/ (so that the
-        run can save those steps again) with a note on stderr; ValueError when every step is
-        damaged."""
+        checkpoint. A step is intact when both its state and its params are; damaged newer
+        steps are moved to WORKDIR/damaged-checkpoints/ (STEP, or STEP.K when STEP was damaged
+        before: no copy is deleted), so that the run can save those steps again, with a note on
+        stderr; ValueError when every step is damaged."""
         steps = sorted(self._manager.all_steps(), reverse=True)
         problems = []
         for step in steps:
-            try:
+            try:  # both items: a step whose policy is damaged cannot be placed from
                 state = self._restore_checked(step, "state", template, provenance)
+                self._restore_checked(step, "params", template.params, provenance)
             except DamagedCheckpoint as err:
                 problems.append(str(err))
                 continue
@@ -370,9 +372,9 @@ class Checkpointer:
         aside = self.directory.parent / "damaged-checkpoints"
         aside.mkdir(exist_ok=True)
         for step in steps:
-            target = aside / str(step)
-            if target.exists():
-                shutil.rmtree(target)
+            target, copy = aside / str(step), 1
+            while target.exists():  # a step damaged again: keep the earlier copy too
+                target, copy = aside / f"{step}.{copy}", copy + 1
             (self.directory / str(step)).rename(target)
         self._manager = self._open()
 
