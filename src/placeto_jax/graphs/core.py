@@ -343,6 +343,8 @@ def _vector(field: str, values, n: int | None = None, *, limit: float) -> np.nda
     raw = np.asarray(values) if not isinstance(values, np.ndarray) else values
     if raw.dtype == bool or (raw.dtype == object and any(isinstance(x, bool) for x in raw.flat)):
         raise ValueError(f"{field} must be numbers, got booleans")
+    if raw.dtype.kind in "USO" and any(isinstance(x, str | bytes) for x in raw.flat):
+        raise ValueError(f"{field} must be numbers, got text ({str(next(iter(raw.flat)))!r})")
     try:
         arr = np.array(values, dtype=np.float64)  # a copy: the graph owns its arrays
     except (TypeError, ValueError) as err:
@@ -378,6 +380,10 @@ def _names(names, n: int) -> tuple[str, ...]:
 
 
 def _edges(edges, n: int, names: tuple[str, ...] | None) -> np.ndarray:
+    if edges is None or isinstance(edges, str | bytes) or not hasattr(edges, "__iter__"):
+        raise ValueError(
+            f"edges must be a list of (producer, consumer) pairs, got {type(edges).__name__}"
+        )
     pairs = list(edges) if not isinstance(edges, np.ndarray) else edges
     if len(pairs) == 0:
         arr = np.zeros((0, 2), dtype=np.int64)

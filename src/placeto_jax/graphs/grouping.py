@@ -96,6 +96,13 @@ def group(
     """Coarsen `graph` (see the module docstring for the steps, the cycle check and how group
     fields are aggregated). Raises `ValueError` for a negative `scope_depth`, a `target` below 1,
     (co-location classes never raise: see "Ties")."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"group coarsens a placeto_jax.Graph, got {type(graph).__name__}")
+    for name, value in (("scope_depth", scope_depth), ("target", target)):
+        if value is not None and (
+            not isinstance(value, int | np.integer) or isinstance(value, bool)
+        ):
+            raise TypeError(f"{name} must be an integer or None, got {value!r}")
     if scope_depth is not None and scope_depth < 0:
         raise ValueError(f"scope_depth must be >= 0, got {scope_depth}")
     if target is not None and target < 1:

@@ -75,6 +75,8 @@ _JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "a bool
 
 def save_graph(graph: Graph, path: str | os.PathLike) -> None:
     """Write `graph` to `path` in the format above (gzip when the name ends in `.gz`)."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"save_graph writes a placeto_jax.Graph, got {type(graph).__name__}")
     data = _dumps(graph_to_dict(graph)).encode()
     if _is_gzip(path):
         data = gzip.compress(data, mtime=0)

@@ -137,6 +137,25 @@ def simulate_rows(
         return jax.device_get(out)
 
 
+def check_arguments(graph: Any, cluster: Any, padding: Any, dtype: Any) -> None:
+    """TypeError or ValueError naming an argument of `simulate` of the wrong kind."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a placeto_jax.Graph, got {type(graph).__name__}")
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster must be a placeto_jax.Cluster, got {type(cluster).__name__}")
+    if padding is not None and not isinstance(padding, PaddedGraph):
+        raise TypeError(
+            f"padding must come from pad_graph(graph, ...), got {type(padding).__name__}"
+        )
+    try:
+        kind = np.dtype(dtype)
+    except TypeError:
+        kind = None
+    if kind not in (np.dtype(np.float32), np.dtype(np.float64)):
+        shown = kind.name if kind is not None else repr(dtype)
+        raise ValueError(f"dtype must be float32 or float64, got {shown}")
+
+
 def simulate(
     graph: Graph,
     cluster: Cluster,
@@ -158,6 +177,7 @@ def simulate(
     the reference to the last bit; float32 is faster and matches to rounding. `loop` chooses the
     implementation (`simulate_batch`): "auto" (the default) runs the native CPU kernel where it
     is built and the backend is the CPU, else a JAX loop; every choice gives the same outputs."""
+    check_arguments(graph, cluster, padding, dtype)
     placement = check_simulation(graph, cluster, placement, allow_split)
     single = placement.ndim == 1
     batch = placement[None] if single else placement
