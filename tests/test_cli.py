@@ -233,7 +233,7 @@ def test_bad_cluster_arguments(capsys):
     err = _error(capsys, "simulate", "example:diamond", "--devices", "2", "--cluster", "k81")
     assert "unknown cluster preset 'k81'" in err
     err = _error(capsys, "demo", "--batch", "0")
-    assert err == "placeto-jax: error: --batch must be at least 1, got 0\n"
+    assert err == "placeto-jax: error: --batch must be in [1, 1,048,576], got 0\n"
 
 
 def test_usage_errors_exit_2(capsys):

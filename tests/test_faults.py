@@ -195,12 +195,90 @@ def test_a_resume_with_a_changed_graph_is_refused(tmp_path, capsys):
         ("policy.head_widths=0", "config policy.head_widths must be >= 1"),
         ("n_devices=3", "--set n_devices=3 conflicts with n_devices=2 given by its own flag"),
         ("train.learning_rate=2", "config train.learning_rate must be <= 1"),
+        ("train.graphs_per_update=-1", "config train.graphs_per_update must be >= 0"),
     ],
 )
 def test_nonsense_configuration_writes_nothing(tmp_path, capsys, setting, problem):
     assert _train(tmp_path / "run", "example:diamond", "--set", setting) == 2
     assert problem in _error(capsys)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (
+            ["--set", "train.episodes=4", "--set", "train.episodes=8"],
+            "train.episodes is given twice",
+        ),
+        (["--num-processes", "2"], "--num-processes and --process-id go with --coordinator"),
+        (["--seed", str(2**63)], "--seed must be in [0, 2^63), got 9223372036854775808"),
+    ],
+)
+def test_train_arguments_that_cannot_work_write_nothing(tmp_path, capsys, argv, problem):
+    assert _train(tmp_path / "run", "example:diamond", *argv) == 2
+    assert problem in _error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["demo", "--batch", "10000000000"], "--batch must be in [1, 1,048,576]"),
+        (["demo", "--batch", "3000000"], "--batch must be in [1, 1,048,576]"),
+        (["simulate", "example:diamond", "--devices", "2", "--seed", "-1"], "--seed must be in"),
+        (
+            ["place", "example:diamond", "--method", "local-search", "--devices", "2",
+             "--budget", "1000000000000"],
+            "the budget must be in [1, 100,000,000] evaluations",
+        ),
+        (
+            ["place", "example:diamond", "--method", "heft", "--devices", "2", "--budget", "5"],
+            "heft takes no --budget (the searches do: random-search, local-search",
+        ),
+    ],
+)  # fmt: skip
+def test_sizes_past_their_bounds_are_one_line_before_any_work(capsys, argv, problem):
+    assert main(argv) == 2
+    assert problem in _error(capsys)
+
+
+@pytest.mark.parametrize(
+    ("setting", "problem"),
+    [
+        ("train.episodes=1000000000", "config train.episodes must be <= 65,536"),
+        ("train.iterations=99999999999999999999", "config train.iterations must be <= 10,000,000"),
+    ],
+)
+def test_runs_too_large_to_fit_write_nothing(tmp_path, capsys, setting, problem):
+    argv = ["train", "--graphs", "example:diamond", "--devices", "2"]
+    assert main([*argv, "--workdir", str(tmp_path / "run"), "--set", setting]) == 2
+    assert problem in _error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_graph_without_compute_is_one_line_before_any_work(tmp_path, capsys):
+    zero = tmp_path / "zero.json"
+    pj.save_graph(pj.Graph.from_edges([0.0, 0.0], [10.0, 0.0], [(0, 1)]), zero)
+    message = f"{zero} has no compute: every op costs 0 µs"
+    assert _train(tmp_path / "run", str(zero)) == 2
+    assert message in _error(capsys) and not (tmp_path / "run").exists()
+    assert main(["place", str(zero), "--pipeline", "heuristics", "--devices", "2"]) == 2
+    assert message in _error(capsys)
+    with pytest.raises(ValueError, match="has no compute"):
+        pj.place(pj.load_graph(zero), pj.Cluster(n_devices=2), pj.PIPELINES["heuristics"])
+
+
+def test_graph_fields_past_their_bounds_name_the_op():
+    edges = [(0, 1)]
+    with pytest.raises(ValueError, match="op 0 runs 1000000000000000 kernels, above 1,000,000"):
+        pj.Graph.from_edges([1.0, 1.0], [0.0, 0.0], edges, kernels=[10**15, 1])
+    with pytest.raises(ValueError, match="colocation of op 0 is -2: a group id >= 0, or -1"):
+        pj.Graph.from_edges([1.0, 1.0], [0.0, 0.0], edges, colocation=[-2, 0])
+    with pytest.raises(ValueError, match="costs_for names an unknown cluster preset 'k81'"):
+        pj.Graph.from_edges([1.0, 1.0], [0.0, 0.0], edges, costs_for=("k81", 1.0))
+    for fine in (("v100", 1.0), ("custom", 2.0), ("measured on cpu", 1.0)):
+        assert pj.Graph.from_edges([1.0, 1.0], [0.0, 0.0], edges, costs_for=fine).costs_for == fine
 
 
 def test_a_bad_graph_writes_nothing(tmp_path, capsys):

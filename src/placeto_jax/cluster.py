@@ -27,6 +27,9 @@ MAX_DEVICES = 1024  # the largest cluster a run may describe
 GBPS = 1e3  # bytes per µs in one GB/s
 
 
+CUSTOM = "custom"  # the name of a cluster that is no preset
+
+
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     """D devices and the simulator's timing constants. Scalars broadcast to every device.
@@ -41,7 +44,7 @@ class Cluster:
     delta1: float = 5.7  # µs a device stays busy after an op of nonzero duration
     delta2: float = 25.0  # µs a bus stays busy after a transfer's data arrived
     broadcast: bool = True  # one transfer serves all remote consumers (Placeto's model)
-    name: str = "custom"
+    name: str = CUSTOM
 
     def __post_init__(self) -> None:
         if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)):

@@ -209,12 +209,23 @@ MAX_SAMPLES = 4096  # sampled episodes per graph
 MAX_PASSES = 64  # passes of an episode or a search stage
 
 
+MAX_ITERATIONS = 10_000_000  # policy updates of one run
+MAX_EPISODES = 65_536  # parallel episodes per update (memory grows with them)
+
+
 def validate(config: Config) -> None:
     """ValueError naming the first bad field: a value of the wrong type (a boolean for a
     number, say), a non-finite number, or one out of its range."""
     _check_types(config)
     checks = [
         ("n_devices", config.n_devices <= MAX_DEVICES, f"must be <= {MAX_DEVICES}"),
+        ("seed", 0 <= config.seed < 2**63, "must be in [0, 2^63)"),
+        (
+            "train.iterations",
+            config.train.iterations <= MAX_ITERATIONS,
+            f"must be <= {MAX_ITERATIONS:,}",
+        ),
+        ("train.episodes", config.train.episodes <= MAX_EPISODES, f"must be <= {MAX_EPISODES:,}"),
         ("env.memory_penalty", config.env.memory_penalty <= 1e6, "must be <= 1e6 s per GB"),
         ("env.memory_penalty_cap", config.env.memory_penalty_cap <= 1e6, "must be <= 1e6 s"),
         ("policy.head_widths", all(w >= 1 for w in config.policy.head_widths), "must be >= 1"),
@@ -355,6 +366,16 @@ def _coerce(hint: Any, value: Any) -> Any:
     return value
 
 
+def check_unique(settings: list[str]) -> None:
+    """ValueError naming a key that the `--set KEY=VALUE` items give twice."""
+    given: set[str] = set()
+    for item in settings:
+        key = item.partition("=")[0].strip()
+        if key in given:
+            raise ValueError(f"--set {key} is given twice; give it once")
+        given.add(key)
+
+
 def make_config(preset: str | None = None, overrides: list[str] = (), **top: Any) -> Config:
     """A `Config` from a preset name, then `section.field=value` overrides (CLI `--set`), then
     keyword arguments for the top-level fields (n_devices, cluster_preset, seed)."""
@@ -456,7 +477,8 @@ def make_pipeline(name: str | None = None, overrides: list[str] = ()) -> Pipelin
     name = name or "policy"
     if name not in PIPELINES:
         raise ValueError(f"unknown pipeline {name!r}; the pipelines are {', '.join(PIPELINES)}")
-    values, seen = {}, set()
+    check_unique(list(overrides))
+    values = {}
     for item in overrides:
         key, eq, text = (part.strip() for part in item.partition("="))
         section, dot, field = key.partition(".")
@@ -464,8 +486,5 @@ def make_pipeline(name: str | None = None, overrides: list[str] = ()) -> Pipelin
             raise ValueError(
                 f"bad --set {item!r}: expected pipeline.FIELD=VALUE, e.g. pipeline.samples=16"
             )
-        if key in seen:
-            raise ValueError(f"--set {key} is given twice; give it once")
-        seen.add(key)
         values[field] = _parse(Pipeline, field, text, key)
     return dataclasses.replace(PIPELINES[name], **values)

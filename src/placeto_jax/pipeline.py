@@ -85,6 +85,8 @@ def train(
     run there is resumed (`placeto-jax train` from Python). Its `found` holds the best
     placement the training episodes visited on each graph, a candidate when they are placed."""
     named = [("graph", graphs)] if isinstance(graphs, Graph) else list(graphs)
+    for name, graph in named:
+        graph.check_has_compute(name)
     if cluster.name not in PRESETS or Cluster.preset(cluster.name, cluster.n_devices) != cluster:
         raise ValueError(
             f"train needs a cluster preset ({', '.join(PRESETS)}) as it is, got {cluster.name!r}"
@@ -182,6 +184,8 @@ def place_many(
     and none is given, or the policy places for another device count."""
     pipeline = Pipeline() if pipeline is None else pipeline
     check(pipeline, policy, cluster)
+    for name, graph in graphs:
+        graph.check_has_compute(name)
     key = jax.random.key(0) if key is None else key
     named = list(graphs)
     need_heuristics = (

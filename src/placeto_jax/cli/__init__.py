@@ -40,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = parser().parse_args(argv)
     try:
+        check_seed(getattr(args, "seed", None))
         status = args.command(args)
         sys.stdout.flush()  # a closed pipe shows here when the output fitted the buffer
     except BrokenPipeError:
@@ -67,6 +68,15 @@ def parser() -> argparse.ArgumentParser:
     add_sweep_command(commands)
     add_execute_command(commands)
     return top
+
+
+def check_seed(seed: int | None) -> None:
+    """ValueError unless `seed` (when given) is a JAX key's seed: in [0, 2^63)."""
+    if seed is not None and not 0 <= seed < MAX_SEED:
+        raise ValueError(f"--seed must be in [0, 2^63), got {seed}")
+
+
+MAX_SEED = 1 << 63
 
 
 def _fail(err: Exception, status: int) -> int:

@@ -39,6 +39,7 @@ from placeto_jax.config import (
     Config,
     Pipeline,
     apply,
+    check_unique,
     make_config,
     make_pipeline,
 )
@@ -227,9 +228,12 @@ NO_HEURISTICS = (
 
 # ---------------------------------------------------------------------- train
 def _train(args: argparse.Namespace) -> int:
+    if (args.num_processes is not None or args.process_id is not None) and not args.coordinator:
+        raise ValueError("--num-processes and --process-id go with --coordinator HOST:PORT")
     if args.devices < 1:
         raise ValueError(f"--devices must be at least 1, got {args.devices}")
     Cluster.preset(args.cluster, args.devices)  # a bad preset fails before any work
+    check_unique(args.set)
     config = make_config(
         args.preset, args.set, n_devices=args.devices, cluster_preset=args.cluster, seed=args.seed
     )
@@ -356,6 +360,10 @@ def _place_method(args: argparse.Namespace) -> int:
         raise ValueError("--method needs --devices")
     if args.pipeline:
         raise ValueError("--method places with one method: not with --pipeline")
+    method = METHODS.get(args.method)
+    if method is not None and args.budget is not None and not method.budgeted:
+        searches = ", ".join(m.name for m in METHODS.values() if m.budgeted)
+        raise ValueError(f"{args.method} takes no --budget (the searches do: {searches})")
     squeezing = _method_squeeze(args.set)
     graph = resolve_graph(args.graph)
     cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)

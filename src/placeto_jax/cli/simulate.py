@@ -96,10 +96,19 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_DEMO_BATCH = 1 << 20  # random placements `demo` simulates in one call
+MAX_DEMO_CELLS = 1 << 26  # batch x ops: a few GB of simulator state at most
+
+
 def _demo(args: argparse.Namespace) -> int:
-    if args.batch < 1:
-        raise ValueError(f"--batch must be at least 1, got {args.batch}")
+    if not 1 <= args.batch <= MAX_DEMO_BATCH:
+        raise ValueError(f"--batch must be in [1, {MAX_DEMO_BATCH:,}], got {args.batch}")
     graph = resolve_graph(args.graph)
+    if args.batch * graph.n_ops > MAX_DEMO_CELLS:
+        raise ValueError(
+            f"--batch {args.batch} x {graph.n_ops} ops is more than the {MAX_DEMO_CELLS:,} "
+            "placement entries one call simulates here; give a smaller --batch"
+        )
     cluster = Cluster.preset(args.cluster, args.devices)
     key, batch_key = jax.random.split(jax.random.key(args.seed))
     rows = []

@@ -15,6 +15,8 @@ import numpy as np
 
 MAX_OPS = 1_000_000  # the largest graph accepted (the simulator pads it to a power of two)
 MAX_COST_US = 1e12  # µs (about 11.6 days): the largest op cost accepted
+MAX_KERNELS = 1_000_000  # kernels one op may run back to back
+MEASURED = "measured on "  # costs_for of measured costs: "measured on cpu", ...
 MAX_BYTES = 1e18  # bytes (1 EB): the largest output or parameter size accepted
 
 
@@ -81,6 +83,12 @@ class Graph:
             coloc = np.asarray(colocation)
             if coloc.shape != (n,) or not np.issubdtype(coloc.dtype, np.integer):
                 raise ValueError(f"colocation must be {n} integers (group id, -1 for none)")
+            below = np.flatnonzero(coloc < -1)
+            if below.size:
+                v = int(below[0])
+                raise ValueError(
+                    f"colocation of op {v} is {int(coloc[v])}: a group id >= 0, or -1 for none"
+                )
             coloc = coloc.astype(np.int64)
         graph = cls(
             cost_arr, out_arr, param_arr, edge_arr, name_tuple, types, coloc,
@@ -88,6 +96,14 @@ class Graph:
         )  # fmt: skip
         graph.topological_order  # noqa: B018  (raises on a cycle)
         return graph
+
+    def check_has_compute(self, name: str) -> None:
+        """ValueError naming `name` when no op costs anything: every placement then takes 0 µs,
+        and there is nothing to place or learn."""
+        if not np.any(self.cost > 0):
+            raise ValueError(
+                f"{name} has no compute: every op costs 0 µs, so every placement takes 0 µs"
+            )
 
     # ------------------------------------------------------------------ basic shape
     @property
@@ -313,6 +329,10 @@ def _kernels(kernels: Sequence[int] | np.ndarray | None, cost: np.ndarray) -> np
     n = cost.shape[0]
     if arr.shape != (n,) or not np.issubdtype(arr.dtype, np.integer) or np.any(arr < 0):
         raise ValueError(f"kernels must be {n} integers >= 0 (kernels per op)")
+    big = np.flatnonzero(arr > MAX_KERNELS)
+    if big.size:
+        v = int(big[0])
+        raise ValueError(f"op {v} runs {int(arr[v])} kernels, above {MAX_KERNELS:,} per op")
     wrong = np.flatnonzero((arr > 0) != (cost > 0))
     if wrong.size:
         v = int(wrong[0])
@@ -334,6 +354,14 @@ def _costs_for(value) -> tuple[str, float] | None:
         raise ValueError(f"costs_for must be (preset name, speed), got {value!r}") from None
     if not isinstance(preset, str) or not (np.isfinite(speed) and speed > 0):
         raise ValueError(f"costs_for must be (preset name, speed > 0), got {value!r}")
+    from placeto_jax.cluster import CUSTOM, PRESETS  # the names a graph's costs can be for
+
+    if preset not in PRESETS and preset != CUSTOM and not preset.startswith(MEASURED):
+        raise ValueError(
+            f"costs_for names an unknown cluster preset {preset!r}; the presets are "
+            f"{', '.join(PRESETS)} (or {CUSTOM!r}, a cluster of your own, or "
+            f"'{MEASURED}BACKEND' for measured costs)"
+        )
     return (preset, speed)
 
 

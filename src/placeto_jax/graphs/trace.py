@@ -67,7 +67,7 @@ import numpy as np
 from jax.extend import core as jex_core
 
 from placeto_jax.graphs import hlo
-from placeto_jax.graphs.core import Graph, joined_classes
+from placeto_jax.graphs.core import MEASURED, Graph, joined_classes
 from placeto_jax.graphs.costs import DeviceSpec, device_spec, nbytes, op_cost_us
 from placeto_jax.graphs.measure import (
     cache_path,
@@ -171,7 +171,7 @@ def from_jax(
         cost = [c * spec.speed for c in ops.cost]
         costs_for = (device if isinstance(device, str) else "custom", spec.speed)
     else:
-        cost, costs_for = ops.cost, (f"measured on {jax.default_backend()}", 1.0)
+        cost, costs_for = ops.cost, (f"{MEASURED}{jax.default_backend()}", 1.0)
     colocation = None
     if colocate_params and any(is_param):
         weights = _weights(example_args, param_argnums, out_shape)

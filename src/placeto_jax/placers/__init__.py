@@ -125,29 +125,37 @@ METHODS: dict[str, Method] = {
             "random-search",
             "best of BUDGET random placements (batched simulator)",
             search.random_search,
+            budgeted=True,
         ),
         Method(
             "local-search",
             "greedy per-op device moves in topological order (batched)",
             search.local_search,
+            budgeted=True,
         ),
         Method(
             "cross-entropy",
             "cross-entropy method over per-op device distributions",
             search.cross_entropy,
+            budgeted=True,
         ),
         Method(
             "rnn",
             "RNN placer (ICML 2017): seq2seq LSTM over ops, REINFORCE",
             rnn.rnn,
+            budgeted=True,
         ),
         Method(
             "hierarchical",
             "hierarchical planner (ICLR 2018): MLP grouper + seq2seq, REINFORCE",
             hierarchical.hierarchical,
+            budgeted=True,
         ),
     )
 }
+
+
+MAX_BUDGET = 100_000_000  # simulator evaluations a search may be given
 
 
 def run_method(
@@ -156,6 +164,8 @@ def run_method(
     """Place `graph` with method `name`, time it, and score the placement on the simulator."""
     if name not in METHODS:
         raise ValueError(f"unknown placement method {name!r}; choose one of {', '.join(METHODS)}")
+    if budget is not None and not 1 <= budget <= MAX_BUDGET:
+        raise ValueError(f"the budget must be in [1, {MAX_BUDGET:,}] evaluations, got {budget}")
     began = time.perf_counter()
     solution = METHODS[name].solve(graph, cluster, key, budget)
     return scored(name, graph, cluster, solution, time.perf_counter() - began)

@@ -44,6 +44,7 @@ class Method:
     name: str
     summary: str  # one line, for `--help`
     solve: Solver
+    budgeted: bool = False  # a search: `budget` caps its simulator evaluations
 
     def place(
         self, graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None = None

@@ -64,6 +64,8 @@ def load_graphs(spec: str, config: Config) -> list[PlacementGraph]:
             raise ValueError(f"empty graph name in {spec!r}")
         loaded = load(item)
         pairs = loaded if isinstance(loaded, list) else [(item, loaded)]
+        for name, graph in pairs:
+            graph.check_has_compute(name)
         out.extend(prepare(name, graph, config.run.group_target, overhead) for name, graph in pairs)
     return out
 
