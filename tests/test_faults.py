@@ -476,3 +476,41 @@ def test_simulate_refuses_a_placement_that_splits_a_class_unless_asked():
     split = pj.simulate(graph, cluster, [0, 1, 1], allow_split=True)
     reference = pj.simulate_reference(graph, cluster, [0, 1, 1], allow_split=True)
     assert split.makespan == reference.makespan
+
+
+# ---------------------------------------------------------------- 8. errors that say what is wrong
+def test_errors_name_what_is_wrong(trained, tmp_path, capsys):
+    bad_list = tmp_path / "bad.json"
+    bad_list.write_text('[0, 1, "x", 0]')
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    cases = [
+        (["simulate", "example:diamond", "--devices", "2", "--placement", str(bad_list)],
+         "entry 2 of the placement list is 'x', not a device index"),
+        (["simulate", "family:nmt", "--devices", "2"],
+         "family:nmt names a list of graphs: name one, family:F/I"),
+        (["place", "example:diamond", "--checkpoint", str(a_file)],
+         f"'{a_file}' is a file, not a run directory"),
+        (["place", "example:diamond", "--checkpoint", str(trained[0]),
+          "--set", f"pipeline.start={tmp_path}/none.json"],
+         f"no placement file '{tmp_path}/none.json'"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        assert main(argv) == 2
+        assert message in _error(capsys)
+    diamond, cluster = pj.resolve_graph("example:diamond"), pj.Cluster(n_devices=2)
+    for placement, message in (
+        (np.array([0, 2**63 + 5, 0, 0], dtype=np.uint64), "op 1 on device 9223372036854775813"),
+        (np.array([0.0, 3.0, 0.0, 0.0]), "op 1 on device 3, outside [0, 2)"),
+        ({"a": 0}, "placement must be an array of device indices (one per op), got dict"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            pj.simulate(diamond, cluster, placement)
+
+
+def test_a_refused_resume_names_the_field_that_differs(trained, tmp_path, capsys):
+    workdir = _copy(trained, tmp_path)
+    assert _train(workdir, "example:diamond", "--set", "policy.width=3") == 2
+    assert "another config (policy.width: 0 there, 3 here)" in _error(capsys)
+    assert _train(workdir, "layered:12") == 2
+    assert "holds a run on other graphs (example:diamond)" in _error(capsys)

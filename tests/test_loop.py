@@ -63,7 +63,7 @@ def test_a_different_config_in_the_same_directory_is_refused(finished, tmp_path)
     workdir, _ = finished
     shutil.copy(workdir / "run.json", tmp_path / "run.json")
     config = make_config(None, [*SETTINGS, "train.episodes=8"], n_devices=2)
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(ValueError, match="another config"):
         train_and_evaluate(config, [prepare("g", GRAPH)], tmp_path, progress=False)
 
 

@@ -61,7 +61,7 @@ from placeto_jax.rl.evaluate import found_placements
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.stages.policy_search import squeezed_method
-from placeto_jax.stages.starts import STARTS
+from placeto_jax.stages.starts import STARTS, check_start
 
 CHECKPOINT_CLUSTER = "the checkpoint's"
 
@@ -325,6 +325,8 @@ def _place(args: argparse.Namespace) -> int:
     pipeline = _pipeline(args, args.checkpoint is not None)
     if args.budget is not None:
         raise ValueError("--budget is for --method's search methods, not pipelines")
+    if pipeline.start:
+        check_start(pipeline.start)  # before the checkpoint is read
     if args.checkpoint:
         policy = Policy.load(args.checkpoint, args.devices, args.cluster)
         cluster = policy.cluster()

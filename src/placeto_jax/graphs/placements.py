@@ -79,7 +79,10 @@ def placement_from_dict(doc: object, graph: Graph, n_devices: int) -> np.ndarray
         doc = doc["placement"]
     if isinstance(doc, dict):
         devices = _by_name(doc, graph)
-    elif isinstance(doc, list) and all(_is_int(x) for x in doc):
+    elif isinstance(doc, list) and not all(_is_int(x) for x in doc):
+        i = next(i for i, x in enumerate(doc) if not _is_int(x))
+        raise ValueError(f"entry {i} of the placement list is {doc[i]!r}, not a device index")
+    elif isinstance(doc, list):
         if len(doc) != graph.n_ops:
             raise ValueError(f"placement has {len(doc)} entries; the graph has {graph.n_ops} ops")
         devices = np.asarray(doc, dtype=np.int64)

@@ -152,7 +152,10 @@ def _family(args: list[str]) -> Graph:
 
     group = _GROUP.fullmatch("family:" + ":".join(args))
     if group and group[2] in (None, *families.SPLITS):
-        raise ValueError("a family or split names a list of graphs, loaded by `load`")
+        raise ValueError(
+            f"{'family:' + ':'.join(args)} names a list of graphs: name one, family:F/I with I "
+            "in 0..31 (or load the list from Python with placeto_jax.graphs.load)"
+        )
     family, slash, index = args[0].partition("/") if args else ("", "", "")
     if not slash or len(args) > 2:
         raise ValueError(f"family takes F/I[:SEED] with F one of {', '.join(families.FAMILIES)}")

@@ -76,10 +76,16 @@ def write_run(
 
 def _check_same_run(workdir: str | os.PathLike, doc: dict) -> None:
     old = _read_run(workdir)
-    if old["config"] != _jsonable(doc["config"]) or list(old["graphs"]) != doc["graphs"]:
+    if list(old["graphs"]) != doc["graphs"]:
         raise ValueError(
-            f"{workdir} holds a run with a different config or graphs; "
-            "resume it with the same arguments or use a new --workdir"
+            f"{workdir} holds a run on other graphs ({', '.join(old['graphs'])}); resume it "
+            "with the same --graphs or use a new --workdir"
+        )
+    differs = _differences(old["config"], _jsonable(doc["config"]))
+    if differs:
+        raise ValueError(
+            f"{workdir} holds a run with another config ({'; '.join(differs[:3])}); resume it "
+            "with the same arguments or use a new --workdir"
         )
     for name, before, now in zip(
         doc["graphs"], old.get("graph_digests", doc["graph_digests"]), doc["graph_digests"],
@@ -90,6 +96,18 @@ def _check_same_run(workdir: str | os.PathLike, doc: dict) -> None:
                 f"graph {name!r} has changed since the run in {workdir} started (its content "
                 "digest differs); train on it in a new --workdir"
             )
+
+
+def _differences(before: Any, now: Any, prefix: str = "") -> list[str]:
+    """ "KEY: BEFORE there, NOW here" for every field of two config documents that differs."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        out = []
+        for key in sorted(set(before) | set(now)):
+            out += _differences(before.get(key), now.get(key), f"{prefix}{key}.")
+        return out
+    if before != now:
+        return [f"{prefix.rstrip('.')}: {before!r} there, {now!r} here"]
+    return []
 
 
 def load_run(workdir: str | os.PathLike) -> tuple[Config, list[str]]:
@@ -103,6 +121,8 @@ def load_run(workdir: str | os.PathLike) -> tuple[Config, list[str]]:
 
 def _read_run(workdir: str | os.PathLike) -> dict:
     path = run_file(workdir)
+    if Path(workdir).exists() and not Path(workdir).is_dir():
+        raise ValueError(f"{os.fspath(workdir)!r} is a file, not a run directory")
     if not Path(workdir).is_dir():
         raise ValueError(f"checkpoint directory {os.fspath(workdir)!r} does not exist")
     if not path.is_file():

@@ -28,6 +28,11 @@ def check_simulation(graph, cluster, placement, allow_split: bool) -> np.ndarray
 
 def check_placement(placement, n_ops: int, n_devices: int) -> np.ndarray:
     """Return the placement as int64 [N] or [B, N]; raise ValueError naming what is wrong."""
+    if isinstance(placement, dict | str | bytes):
+        raise ValueError(
+            f"placement must be an array of device indices (one per op), got "
+            f"{type(placement).__name__} (a placement file: placeto_jax.load_placement)"
+        )
     try:
         arr = np.asarray(placement)
     except (TypeError, ValueError) as err:
@@ -42,10 +47,12 @@ def check_placement(placement, n_ops: int, n_devices: int) -> np.ndarray:
     )
     if arr.size and not integral:
         raise ValueError(f"placement must hold integer device indices, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    bad = np.argwhere((arr < 0) | (arr >= n_devices))
+    bad = np.argwhere((arr < 0) | (arr >= n_devices))  # before the cast: uint64, floats
     if bad.size:
         where = tuple(int(i) for i in bad[0])
-        op = where[-1]
-        raise ValueError(f"placement puts op {op} on device {arr[where]}, outside [0, {n_devices})")
-    return arr
+        value = arr[where]
+        shown = int(value) if float(value).is_integer() else float(value)
+        raise ValueError(
+            f"placement puts op {where[-1]} on device {shown}, outside [0, {n_devices})"
+        )
+    return arr.astype(np.int64)

@@ -11,6 +11,7 @@ the start is kept exactly.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -74,10 +75,13 @@ def start_result(
 
 def check_start(spec: str) -> None:
     """ValueError unless `spec` is one of `STARTS` or an existing file."""
-    if spec not in STARTS and not Path(spec).is_file():
-        raise ValueError(
-            f"unknown start {spec!r}: choose one of {', '.join(STARTS)} or a placement file"
-        )
+    if spec in STARTS or Path(spec).is_file():
+        return
+    if os.sep in spec or Path(spec).suffix:
+        raise ValueError(f"no placement file {spec!r} (a start is one of {', '.join(STARTS)})")
+    raise ValueError(
+        f"unknown start {spec!r}: choose one of {', '.join(STARTS)} or a placement file"
+    )
 
 
 def started(
