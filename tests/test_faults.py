@@ -395,6 +395,27 @@ def test_ctrl_c_on_the_command_line_exits_130_with_one_line(tmp_path):
     assert "run the same command to resume" in last and "Traceback" not in err
 
 
+def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path):
+    # The first Ctrl-C asks for a checkpoint at the next update boundary; a second one right
+    # after it stops at once: exit 130 and one line, no traceback.
+    workdir = tmp_path / "run"
+    argv = [
+        CLI, "train", "--graphs", "example:diamond", "--workdir", str(workdir), "--devices",
+        "2", "--no-progress", "--set", "train.iterations=100000", "--set", "run.eval_every=1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (workdir / "metrics.jsonl").exists() or not read_metrics(workdir):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("placeto-jax: interrupted")
+    assert "Traceback" not in err
+
+
 # ---------------------------------------------------------------------- 7. the Python API
 def test_wrong_types_and_out_of_range_inputs_name_the_argument():
     diamond = pj.resolve_graph("example:diamond")

@@ -24,6 +24,7 @@ from placeto_jax.cli.simulate import add_simulate_commands
 from placeto_jax.cli.sweep import add_sweep_command
 
 CLOSED_PIPE = 141  # 128 + SIGPIPE, as Unix tools exit when their reader goes away
+INTERRUPTED = 130  # 128 + SIGINT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here when the output fitted the buffer
     except BrokenPipeError:
         return _drop_output()
+    except KeyboardInterrupt:  # Ctrl-C before `train` catches it, or a second one
+        print(f"{PROG}: interrupted (nothing written since the last checkpoint)", file=sys.stderr)
+        return INTERRUPTED
     except ValueError as err:
         return _fail(err, 2)
     except OSError as err:
