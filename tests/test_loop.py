@@ -107,3 +107,15 @@ def test_every_update_is_logged_once_with_its_own_metrics(finished):
     assert [r["iteration"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert len({r["train/loss"] for r in records}) == 6  # one row per update, not per chunk
     assert [i for i, r in enumerate(records, 1) if "eval/best_runtime" in r] == [3, 6]
+
+
+def test_a_run_whose_updates_were_all_skipped_fails_loudly(capsys):
+    from placeto_jax.rl.loop import check_learned
+
+    with pytest.raises(ValueError, match="all 5 updates were skipped"):
+        check_learned(5, 5)
+    check_learned(5, 2)
+    assert "2 of 5 updates were skipped" in capsys.readouterr().err
+    check_learned(0, 0)  # a finished run resumed: nothing to learn, nothing to say
+    check_learned(5, 0)
+    assert capsys.readouterr().err == ""

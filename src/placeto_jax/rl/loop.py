@@ -148,6 +148,7 @@ def _train(
     fresh = run.init(jax.random.key(config.seed), env_params)
     state = checkpointer.restore_state(fresh, provenance) or fresh
     start = int(local_copy(state.iteration))
+    skipped_before = int(local_copy(state.skipped))
     log = MetricsLog(workdir, start) if lead else None
     total = config.train.iterations
     end = total if stop_at is None else min(stop_at, total)
@@ -184,8 +185,26 @@ def _train(
         if log is not None:
             log.close()
         checkpointer.close()
+    check_learned(int(local_copy(state.iteration)) - start,
+                  int(local_copy(state.skipped)) - skipped_before)  # fmt: skip
     evaluation = local_copy(run.greedy(state.params, env_params))
     return TrainResult(state, run.trainer, bank, evaluation, start)
+
+
+def check_learned(updates: int, skipped: int) -> None:
+    """ValueError when every one of this call's `updates` was `skipped` (a non-finite loss or
+    gradient: nothing was learned); a note on stderr when some were."""
+    if updates and skipped == updates:
+        raise ValueError(
+            f"all {updates} updates were skipped (the loss or gradient was not finite, as with "
+            "op costs too small or too large to normalise): nothing was learned"
+        )
+    if skipped:
+        print(
+            f"placeto-jax: note: {skipped} of {updates} updates were skipped (the loss or "
+            "gradient was not finite); see train/skipped_updates in metrics.jsonl",
+            file=sys.stderr,
+        )
 
 
 def progress_units(config: Config, episode: float, greedy: float) -> dict[str, str]:
