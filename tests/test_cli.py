@@ -196,7 +196,7 @@ _NOT_A_PLACEMENT = (
         ([0, 1, 2], "placement has 3 entries; the graph has 4 ops"),
         ([0, 1, 3, 0], "op 'c' is placed on device 3, outside [0, 3)"),
         ([0, -1, 1, 0], "op 'b' is placed on device -1, outside [0, 3)"),
-        ([0, 1.5, 1, 0], _NOT_A_PLACEMENT),
+        ([0, 1.5, 1, 0], "entry 1 of the placement list is 1.5, not a device index"),
         ({"devices": [0, 1, 2, 0]}, "op 'devices' is not in the graph (4 ops)"),
         ({"a": 0, "b": 1, "c": 2}, "1 ops of the graph have no device, e.g. 'd'"),
         ({"a": 0, "b": 1, "c": 2, "d": "0"}, "op 'd': device must be an integer, got '0'"),

@@ -240,3 +240,21 @@ def test_negative_cost_and_duplicate_names(tmp_path):
     doc = _doc()
     doc["ops"]["name"][3] = "a"
     assert "op names must be unique" in _load_error(_write(tmp_path / "g.json", doc))
+
+
+def test_placement_files_refuse_another_device_count_unknown_fields_and_repeated_keys(tmp_path):
+    from placeto_jax.graphs.placements import load_placement, save_placement
+
+    graph = diamond()
+    path = tmp_path / "p.json"
+    save_placement(path, graph, np.array([0, 1, 1, 0]), 2)
+    assert load_placement(path, graph, 2).tolist() == [0, 1, 1, 0]
+    with pytest.raises(ValueError, match="the placement is for 2 devices, not 3"):
+        load_placement(path, graph, 3)
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "colour": "red"}))
+    with pytest.raises(ValueError, match="unknown field 'colour' in a placement file"):
+        load_placement(path, graph, 2)
+    path.write_text('{"a": 0, "b": 1, "c": 1, "d": 0, "a": 1}')
+    with pytest.raises(ValueError, match="the key 'a' appears twice in one object"):
+        load_placement(path, graph, 2)

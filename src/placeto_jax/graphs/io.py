@@ -198,9 +198,20 @@ def read_json(path: str | os.PathLike) -> object:
         except (OSError, EOFError, zlib.error) as err:
             raise ValueError(f"{path}: not a valid gzip file ({err})") from None
     try:
-        return json.loads(raw)
+        return json.loads(raw, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object as a dict; ValueError naming a key that appears twice (JSON would keep the
+    last silently)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
 
 
 def _is_gzip(path: str | os.PathLike) -> bool:

@@ -30,6 +30,7 @@ from placeto_jax.graphs.io import parse_json_file
 
 FORMAT = "placeto-jax-placement"
 VERSION = 1
+FILE_KEYS = {"format", "version", "n_devices", "placement"}
 
 
 def placement_to_dict(graph: Graph, placement, n_devices: int) -> dict:
@@ -68,6 +69,11 @@ def placement_from_dict(doc: object, graph: Graph, n_devices: int) -> np.ndarray
                 f'expected "format": "{FORMAT}", "version": {VERSION}; got '
                 f"{doc.get('format')!r}, version {doc.get('version')!r}"
             )
+        extra = sorted(set(doc) - FILE_KEYS)
+        if extra:
+            raise ValueError(f"unknown field {extra[0]!r} in a placement file")
+        if "n_devices" in doc and doc["n_devices"] != n_devices:
+            raise ValueError(f"the placement is for {doc['n_devices']!r} devices, not {n_devices}")
         doc = doc.get("placement")
         if not isinstance(doc, dict):
             raise ValueError('"placement" must be an object of op name -> device')
