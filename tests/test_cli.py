@@ -184,12 +184,6 @@ def test_missing_graph_file(capsys, tmp_path):
     assert "layered:N[:SEED]" in err
 
 
-_NOT_A_PLACEMENT = (
-    "expected a placement file: an object of op name -> device, or a list of device indices in "
-    "op order"
-)
-
-
 @pytest.mark.parametrize(
     ("doc", "problem"),
     [

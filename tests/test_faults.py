@@ -173,6 +173,22 @@ def test_a_stale_lock_is_taken_over_and_released(trained, tmp_path, capsys):
     assert not (workdir / "train.lock").exists()
 
 
+def test_a_lock_whose_pid_now_runs_another_program_is_stale(trained, tmp_path, capsys):
+    # The lock names a live pid (the test's parent) but another start time: that pid was given
+    # to a later process, so the run that held the lock is gone.
+    from placeto_jax.rl.checkpoint import started
+
+    if started(os.getppid()) is None:
+        pytest.skip("process start times are read from /proc")
+    workdir = _copy(trained, tmp_path)
+    holder = {"pid": os.getppid(), "host": os.uname().nodename, "started": "1"}
+    (workdir / "train.lock").write_text(json.dumps(holder))
+    assert _train(workdir) == 0
+    assert f"removing the stale lock {workdir / 'train.lock'} (pid {os.getppid()} now runs" in (
+        capsys.readouterr().err
+    )
+
+
 # ---------------------------------------------------------------------- 3. changed graphs
 @pytest.mark.slow
 def test_a_resume_with_a_changed_graph_is_refused(tmp_path, capsys):

@@ -158,7 +158,9 @@ def workdir_lock(workdir: str | os.PathLike) -> Iterator[None]:
         raise OSError(f"cannot create the run directory {os.fspath(workdir)!r}: "
                       f"{err.strerror or err}") from None  # fmt: skip
     path = directory / "train.lock"
-    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+    mine = json.dumps(
+        {"pid": os.getpid(), "host": socket.gethostname(), "started": started(os.getpid())}
+    ).encode()
     for _ in range(2):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -187,20 +189,34 @@ def _refuse_or_clear(path: Path) -> None:
         holder = json.loads(path.read_bytes())
         pid, host = int(holder["pid"]), str(holder["host"])
     except (OSError, ValueError, KeyError, TypeError):
-        pid, host = -1, ""
+        pid, host, holder = -1, "", {}
     if host and host != socket.gethostname():
         raise ValueError(
             f"{path.parent} is in use by a train on host {host!r} (pid {pid}); wait for it to "
             f"finish, or remove {path} if that run is gone"
         )
-    if pid > 0 and _alive(pid):
+    recorded = holder.get("started")
+    reused = pid > 0 and recorded is not None and started(pid) not in (None, recorded)
+    if pid > 0 and _alive(pid) and not reused:
         raise ValueError(
             f"{path.parent} is in use by another train (pid {pid}); wait for it to finish or "
             "use another --workdir"
         )
-    print(f"placeto-jax: note: removing the stale lock {path} (pid {pid} is gone)", file=sys.stderr)
+    gone = "now runs another program" if reused else "is gone"
+    print(f"placeto-jax: note: removing the stale lock {path} (pid {pid} {gone})", file=sys.stderr)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+
+
+def started(pid: int) -> str | None:
+    """When process `pid` started (Linux: clock ticks since boot, from /proc), so that a lock
+    can tell its process from a later one given the same pid; None where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after the command name, which may hold spaces
+    return fields[19] if len(fields) > 19 else None
 
 
 def _alive(pid: int) -> bool:
