@@ -91,3 +91,16 @@ def test_a_policy_for_another_device_count_is_refused():
     policy = _untrained_policy(_graph())
     with pytest.raises(ValueError, match="the policy places on 2 devices, the cluster has 3"):
         pj.place(_graph(), pj.Cluster.preset("placeto-k80", 3), policy=policy)
+
+
+def test_a_graph_is_placed_alike_alone_and_beside_others():
+    # The greedy episode's random start comes from the graph's content, not from the bank it
+    # is played in, so `eval` on many graphs and `place` on one agree.
+    graph = _graph()
+    policy = _untrained_policy(graph)
+    others = [("a", generators.layered(40, seed=3)), ("g", graph), ("b", generators.layered(9))]
+    together = pj.place_many(others, CLUSTER, policy=policy, compare=False)[1]
+    alone = pj.place(graph, CLUSTER, policy=policy, name="g", compare=False)
+    np.testing.assert_array_equal(together.result.placement, alone.result.placement)
+    assert together.result.makespan == alone.result.makespan
+    assert together.result.initial_makespan == alone.result.initial_makespan

@@ -280,16 +280,16 @@ def train_text(
     config: Config, own: Sequence[Placed], visited: Sequence[Placed], workdir: str
 ) -> str:
     """After training, on each graph: the policy's own placement (its greedy episode: what
-    `eval` returns on the same graphs) and the best placement the training episodes visited (or
-    the greedy one, when better), against single device and (when run) the best fast heuristic
+    `place --checkpoint` returns) and the best placement the training episodes visited (or the
+    greedy one, when better), against single device and (when run) the best fast heuristic
     (`eval_table`), and where the run is."""
     against = "and the best fast heuristic " if _compared(own) else ""
     return "\n".join(
         [
             f"after {config.train.iterations} updates, on each graph: the policy's own placement "
-            f"(placeto: its greedy episode, what `eval --checkpoint {workdir}` returns on these "
-            f"graphs) and the best one its training visited (visited), against single device "
-            f"{against}(ratios: makespan over theirs, lower is better):",
+            f"(placeto: its greedy episode, what `place --checkpoint {workdir}` returns) and the "
+            f"best one its training visited (visited), against single device {against}(ratios: "
+            "makespan over theirs, lower is better):",
             eval_table(own, visited),
             "",
             f"run directory: {workdir}  (place a graph: placeto-jax place GRAPH "

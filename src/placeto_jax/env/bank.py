@@ -97,6 +97,8 @@ class Bank:
     #                          one of its nodes reaches
     start: np.ndarray | None = None  # [G, N] int32 device per node of each graph's `Start`
     #                                  (0 for padding nodes), when every graph has one
+    seed: np.ndarray | None = None  # [G] uint32 from each graph's content digest: its greedy
+    #                                 episode's random start, whatever else the bank holds
 
     @property
     def n_graphs(self) -> int:
@@ -160,6 +162,7 @@ def build_bank(graphs: list[PlacementGraph], buckets: tuple[int, ...] | None = N
         op_sim=op_sim,
         op_to_group=op_to_group,
         **stacked,
+        seed=np.array([int(p.graph.digest[:8], 16) for p in graphs], dtype=np.uint32),
     )
 
 

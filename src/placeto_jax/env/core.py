@@ -77,6 +77,7 @@ class DeviceBank:
     ancestors: jax.Array  # [G, N, N/8] uint8 packed
     descendants: jax.Array  # [G, N, N/8] uint8 packed
     start: jax.Array | None  # [G, N] int32 device per node of each graph's given start, or None
+    seed: jax.Array  # [G] uint32 per graph's content (`Bank.seed`): greedy episodes' starts
 
     @classmethod
     def of(cls, bank: Bank, float_dtype=jnp.float32) -> DeviceBank:
@@ -103,6 +104,9 @@ class DeviceBank:
             ancestors=jnp.asarray(bank.ancestors),
             descendants=jnp.asarray(bank.descendants),
             start=None if bank.start is None else jnp.asarray(bank.start, jnp.int32),
+            seed=jnp.zeros(bank.n_graphs, jnp.uint32)
+            if bank.seed is None
+            else jnp.asarray(bank.seed, jnp.uint32),
         )
 
 
@@ -218,10 +222,18 @@ class PlacetoEnv:
         """[] int32 steps in an episode on `graph`: one per unit and pass."""
         return self.config.passes * env_params.bank.n_units[graph]
 
-    def reset(self, key: jax.Array, env_params: EnvParams) -> tuple[EnvState, Observation]:
+    def reset(
+        self, key: jax.Array, env_params: EnvParams, per_graph: bool = False
+    ) -> tuple[EnvState, Observation]:
+        """The first state and observation of an episode on `env_params.graph`. `per_graph`
+        (static): the random start depends on `key` and the graph's content alone (its seed,
+        one draw per unit id), not on the bank around it or the episode's index, so that a
+        greedy episode is the same whichever graphs are placed with it."""
         bank = env_params.bank
         graph = env_params.graph
         n_pad = bank.order.shape[1]
+        if per_graph:
+            key = jax.random.fold_in(key, bank.seed[graph])
         k_order, k_place = jax.random.split(key)
         valid = jnp.arange(n_pad) < bank.n_units[graph]
         if self.config.traversal == "random":
@@ -229,7 +241,7 @@ class PlacetoEnv:
             order = shuffled[jnp.argsort(~valid[shuffled], stable=True)].astype(jnp.int32)
         else:
             order = bank.order[graph]
-        placement = self._initial_placement(k_place, graph, bank)
+        placement = self._initial_placement(k_place, graph, bank, per_graph)
         makespan, peak, start = self._simulate(graph, placement, env_params)
         raw = self._runtime_s(makespan, peak, env_params)
         scale = raw if self.config.normalize == "initial" else jnp.ones_like(raw)
@@ -343,9 +355,12 @@ class PlacetoEnv:
         return jnp.where(jnp.any(fits), fits, True)
 
     # ------------------------------------------------------------------ simulation
-    def _initial_placement(self, key: jax.Array, graph: jax.Array, bank: DeviceBank) -> jax.Array:
+    def _initial_placement(
+        self, key: jax.Array, graph: jax.Array, bank: DeviceBank, per_unit: bool = False
+    ) -> jax.Array:
         """[N] int32 device per node: the graph's given start, or one device per unit id (nodes
-        take their unit's)."""
+        take their unit's); `per_unit`: each unit's drawn from its own id, so the draw does not
+        depend on the padding."""
         kind = self.config.initial_placement
         if kind == "given":
             return bank.start[graph]
@@ -354,8 +369,15 @@ class PlacetoEnv:
             return jnp.zeros(n_pad, jnp.int32)
         if kind == "fixed":
             key = jax.random.fold_in(jax.random.key(self.config.fixed_placement_seed), graph)
-        per_unit = jax.random.randint(key, (n_pad,), 0, self.n_devices, dtype=jnp.int32)
-        return per_unit[bank.unit[graph]]
+        if per_unit and kind == "random":
+            draws = jax.vmap(
+                lambda u: jax.random.randint(
+                    jax.random.fold_in(key, u), (), 0, self.n_devices, dtype=jnp.int32
+                )
+            )(jnp.arange(n_pad))
+        else:
+            draws = jax.random.randint(key, (n_pad,), 0, self.n_devices, dtype=jnp.int32)
+        return draws[bank.unit[graph]]
 
     def _simulate(self, graph: jax.Array, placement: jax.Array, env_params: EnvParams):
         """(makespan µs, peak memory [D] bytes, start [N] µs per node) of `placement`."""

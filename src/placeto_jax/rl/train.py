@@ -184,8 +184,12 @@ class Trainer:
         k_reset, k_steps = jax.random.split(key)
         n_episodes = graphs.shape[0]
         graphs = self.shard(graphs)
-        reset = jax.vmap(lambda k, g: self.env.reset(k, env_params.on_graph(g)))
-        state, obs = self.shard(reset(jax.random.split(k_reset, n_episodes), graphs))
+        if greedy:  # the same start for a graph whatever else is played beside it
+            reset = jax.vmap(lambda g: self.env.reset(k_reset, env_params.on_graph(g), True))
+            state, obs = self.shard(reset(graphs))
+        else:
+            reset = jax.vmap(lambda k, g: self.env.reset(k, env_params.on_graph(g)))
+            state, obs = self.shard(reset(jax.random.split(k_reset, n_episodes), graphs))
         initial = state.runtime
 
         def step(carry, step_key):
