@@ -76,15 +76,21 @@ def test_a_fifo_is_written_through_not_replaced(tmp_path):
     assert got == [b"through"] and fifo.is_fifo()
 
 
-def test_a_character_device_is_written_through_not_replaced(tmp_path):
+def _char_device(path, minor: int):
+    """A character device node at `path` with the memory devices' major 1 and `minor` (3:
+    /dev/null, 7: /dev/full); the test is skipped where that needs a root it does not have."""
     import os
     import stat
 
-    null = tmp_path / "null"
     try:
-        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # /dev/null's numbers
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
     except PermissionError:
         pytest.skip("making a device node needs root")
+    return path
+
+
+def test_a_character_device_is_written_through_not_replaced(tmp_path):
+    null = _char_device(tmp_path / "null", 3)
     with atomic_write(null) as file:
         file.write(b"gone")
     assert null.is_char_device()
@@ -100,14 +106,7 @@ def test_dash_is_standard_output_and_a_directory_is_refused(tmp_path, capfd):
 
 
 def test_a_full_device_is_one_error_naming_the_path(tmp_path):
-    import os
-    import stat
-
-    full = tmp_path / "full"
-    try:
-        os.mknod(full, stat.S_IFCHR | 0o666, os.makedev(1, 7))  # /dev/full's numbers
-    except PermissionError:
-        pytest.skip("making a device node needs root")
+    full = _char_device(tmp_path / "full", 7)
     expected = pytest.raises(OSError, match=f"No space left on device: '{full}'")
     with expected, atomic_write(full) as file:
         file.write(b"x" * 10)
