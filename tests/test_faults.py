@@ -390,8 +390,9 @@ def test_ctrl_c_saves_a_checkpoint_and_the_resume_ends_where_a_whole_run_ends(tr
     assert json.loads(out.read_text())["placement"] == trained[1]
 
 
-@pytest.mark.slow  # the same path as the in-process test above, through a real SIGINT
-def test_ctrl_c_on_the_command_line_exits_130_with_one_line(tmp_path):
+def _interrupted_train(tmp_path, signals: int) -> tuple[int, str]:
+    """(exit status, stderr) of a long `train` sent `signals` SIGINTs once it has logged an
+    update."""
     workdir = tmp_path / "run"
     argv = [
         CLI, "train", "--graphs", "example:diamond",
@@ -403,9 +404,16 @@ def test_ctrl_c_on_the_command_line_exits_130_with_one_line(tmp_path):
     while not (workdir / "metrics.jsonl").exists() or not read_metrics(workdir):
         assert time.time() < deadline and proc.poll() is None
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    for _ in range(signals):
+        proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    return proc.returncode, err
+
+
+@pytest.mark.slow  # the same path as the in-process test above, through a real SIGINT
+def test_ctrl_c_on_the_command_line_exits_130_with_one_line(tmp_path):
+    status, err = _interrupted_train(tmp_path, 1)
+    assert status == 130, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("placeto-jax: interrupted: checkpoint of update")
     assert "run the same command to resume" in last and "Traceback" not in err
@@ -414,20 +422,8 @@ def test_ctrl_c_on_the_command_line_exits_130_with_one_line(tmp_path):
 def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path):
     # The first Ctrl-C asks for a checkpoint at the next update boundary; a second one right
     # after it stops at once: exit 130 and one line, no traceback.
-    workdir = tmp_path / "run"
-    argv = [
-        CLI, "train", "--graphs", "example:diamond", "--workdir", str(workdir), "--devices",
-        "2", "--no-progress", "--set", "train.iterations=100000", "--set", "run.eval_every=1",
-    ]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (workdir / "metrics.jsonl").exists() or not read_metrics(workdir):
-        assert time.time() < deadline and proc.poll() is None
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    status, err = _interrupted_train(tmp_path, 2)
+    assert status == 130, err[-2000:]
     assert err.strip().splitlines()[-1].startswith("placeto-jax: interrupted")
     assert "Traceback" not in err
 
