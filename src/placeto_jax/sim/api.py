@@ -137,12 +137,9 @@ def simulate_rows(
         return jax.device_get(out)
 
 
-def check_arguments(graph: Any, cluster: Any, padding: Any, dtype: Any) -> None:
-    """TypeError or ValueError naming an argument of `simulate` of the wrong kind."""
-    if not isinstance(graph, Graph):
-        raise TypeError(f"graph must be a placeto_jax.Graph, got {type(graph).__name__}")
-    if not isinstance(cluster, Cluster):
-        raise TypeError(f"cluster must be a placeto_jax.Cluster, got {type(cluster).__name__}")
+def check_options(padding: Any, dtype: Any) -> None:
+    """TypeError or ValueError naming `simulate`'s `padding` or `dtype` when it is of the
+    wrong kind (the graph, cluster and placement are checked by `check_simulation`)."""
     if padding is not None and not isinstance(padding, PaddedGraph):
         raise TypeError(
             f"padding must come from pad_graph(graph, ...), got {type(padding).__name__}"
@@ -177,7 +174,7 @@ def simulate(
     the reference to the last bit; float32 is faster and matches to rounding. `loop` chooses the
     implementation (`simulate_batch`): "auto" (the default) runs the native CPU kernel where it
     is built and the backend is the CPU, else a JAX loop; every choice gives the same outputs."""
-    check_arguments(graph, cluster, padding, dtype)
+    check_options(padding, dtype)
     placement = check_simulation(graph, cluster, placement, allow_split)
     single = placement.ndim == 1
     batch = placement[None] if single else placement
