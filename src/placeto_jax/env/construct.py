@@ -1,0 +1,245 @@
+"""The constructive placement MDP (device side): one op per step, in visiting order
+(`env/construct_graph.py`), each placed once, with the observation a list scheduler sees.
+
+State: the devices chosen so far and a list schedule of them on the simulator's communication
+model (as `placers.timeline.Timeline` without insertion): each op starts when its device is free
+and its inputs have arrived; a remote input is one transfer of the producer's output on the
+producer's device's bus (first-in first-out, `delta2` after each), shared by every remote device
+(broadcast); a device stays busy `delta1` after an op of nonzero cost; memory is the
+conservative bound of parameters and outputs placed, never freed.
+
+Observation at step t, per device d (`N_DYNAMIC` features, times divided by the graph's scale):
+when op t's inputs would be on d, when d is free, the earliest start and finish on d (absolute
+and relative to the best device), the fraction of op t's input bytes already on d, the new
+transfer time placing it there would need, d's assigned busy time (absolute and against the
+mean), d's memory after placing op t over its capacity, whether d holds op t - 1, and d's
+relative speed. Devices whose memory bound would overflow are not allowed (all are, when none
+fits). A co-location class's later members follow their leader: no decision.
+
+An episode costs O(N (K + D)) for N ops of at most K parents on D devices; its placement is
+scored once by the exact simulator (`sim/`) outside this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.env.construct_graph import ConstructGraph
+
+N_DYNAMIC = 13  # per-(op, device) features of the observation
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class GraphArrays:
+    """`ConstructGraph`s stacked on a leading graph axis G (or one graph without it)."""
+
+    cost: jax.Array  # [G, Np] µs
+    out_bytes: jax.Array  # [G, Np] bytes
+    own_bytes: jax.Array  # [G, Np] bytes
+    parents: jax.Array  # [G, Np, K] int32
+    parent_mask: jax.Array  # [G, Np, K] bool
+    leader: jax.Array  # [G, Np] int32
+    real: jax.Array  # [G, Np] bool
+    static: jax.Array  # [G, Np, S]
+    senders: jax.Array  # [G, Ep] int32
+    receivers: jax.Array  # [G, Ep] int32
+    edge_mask: jax.Array  # [G, Ep] bool
+    scale: jax.Array  # [G] µs
+
+    @classmethod
+    def stack(cls, graphs: list[ConstructGraph]) -> GraphArrays:
+        """The graphs (of equal padding) on a leading axis."""
+        fields = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{f: jnp.asarray(np.stack([getattr(g, f) for g in graphs])) for f in fields})
+
+    def at(self, index: jax.Array) -> GraphArrays:
+        """Graph `index` of the stack, without the leading axis."""
+        return jax.tree.map(lambda a: a[index], self)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """The cluster as device arrays."""
+
+    speed: jax.Array  # [D] relative compute speed
+    bandwidth: jax.Array  # [D] bytes/µs of each device's outgoing bus
+    capacity: jax.Array  # [D] bytes
+    delta1: jax.Array  # [] µs after an op of nonzero cost
+    delta2: jax.Array  # [] µs after a transfer
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> Machine:
+        f32 = jnp.float32
+        return cls(
+            speed=jnp.asarray(cluster.speed_array, f32),
+            bandwidth=jnp.asarray(cluster.bandwidth_array, f32),
+            capacity=jnp.asarray(cluster.memory_array, f32),
+            delta1=jnp.asarray(cluster.delta1, f32),
+            delta2=jnp.asarray(cluster.delta2, f32),
+        )
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The list schedule of one episode so far."""
+
+    device: jax.Array  # [Np] int32 device per position (0 until placed)
+    finish: jax.Array  # [Np] µs estimated end
+    sent: jax.Array  # [Np] µs arrival of the op's broadcast transfer, inf until sent
+    device_free: jax.Array  # [D] µs
+    bus_free: jax.Array  # [D] µs
+    busy: jax.Array  # [D] µs of compute assigned
+    memory: jax.Array  # [D] bytes charged
+
+    @classmethod
+    def empty(cls, n_pad: int, n_devices: int) -> Schedule:
+        zeros = jnp.zeros(n_devices, jnp.float32)
+        return cls(
+            device=jnp.zeros(n_pad, jnp.int32),
+            finish=jnp.zeros(n_pad, jnp.float32),
+            sent=jnp.full(n_pad, jnp.inf, jnp.float32),
+            device_free=zeros,
+            bus_free=zeros,
+            busy=zeros,
+            memory=zeros,
+        )
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Trajectory:
+    """One episode: what the policy saw and did at each position."""
+
+    device: jax.Array  # [Np] int32 device per position (the placement)
+    features: jax.Array  # [Np, D, N_DYNAMIC]
+    allowed: jax.Array  # [Np, D] bool
+    decision: jax.Array  # [Np] bool: the op chose (a real class leader or a free op)
+
+
+@dataclasses.dataclass(frozen=True)
+class Look:
+    """What placing the current op on each device would mean (internal to a step)."""
+
+    features: jax.Array  # [D, N_DYNAMIC]
+    allowed: jax.Array  # [D] bool
+    finish: jax.Array  # [D] µs
+    new_arrival: jax.Array  # [K] µs arrival of each parent's transfer if sent now
+    needs_send: jax.Array  # [K] bool: a real parent whose output has not been sent
+
+
+def look(g: GraphArrays, m: Machine, s: Schedule, t: jax.Array) -> Look:
+    """The observation of placing op t (module docstring) and the finish times behind it."""
+    n_devices = m.speed.shape[0]
+    devices = jnp.arange(n_devices)
+    parents, mask = g.parents[t], g.parent_mask[t]
+    p_device, p_finish = s.device[parents], s.finish[parents]
+    p_bytes = g.out_bytes[parents]
+    transfer = p_bytes / m.bandwidth[p_device]
+    new_arrival = jnp.maximum(s.bus_free[p_device], p_finish) + transfer
+    sent = jnp.isfinite(s.sent[parents])
+    remote = jnp.where(sent, s.sent[parents], new_arrival)
+    local = p_device[:, None] == devices[None, :]  # [K, D]
+    arrival = jnp.where(local, p_finish[:, None], remote[:, None])
+    data_ready = jnp.max(jnp.where(mask[:, None], arrival, 0.0), axis=0)
+    start = jnp.maximum(s.device_free, data_ready)
+    duration = g.cost[t] / m.speed
+    finish = start + duration
+    in_bytes = jnp.where(mask, p_bytes, 0.0)
+    local_fraction = (in_bytes[:, None] * local).sum(0) / jnp.maximum(in_bytes.sum(), 1.0)
+    new_transfer = (jnp.where(mask & ~sent, transfer, 0.0)[:, None] * ~local).sum(0)
+    memory_after = s.memory + g.own_bytes[t]
+    fits = memory_after <= m.capacity
+    allowed = jnp.where(fits.any(), fits, True)
+    previous = s.device[jnp.maximum(t - 1, 0)]
+    op_time = jnp.maximum(duration.mean() + m.delta1, 1e-3)
+    scale = g.scale
+    features = jnp.stack(
+        [
+            data_ready / scale,
+            s.device_free / scale,
+            start / scale,
+            (start - start.min()) / scale,
+            jnp.log1p((finish - finish.min()) / op_time),
+            local_fraction,
+            new_transfer / scale,
+            s.busy / scale,
+            (s.busy - s.busy.mean()) / scale,
+            memory_after / m.capacity,
+            ((devices == previous) & (t > 0)).astype(jnp.float32),
+            m.speed / m.speed.max(),
+            jnp.log1p((data_ready - data_ready.min()) / op_time),
+        ],
+        axis=1,
+    )
+    needs_send = mask & ~sent
+    return Look(features, allowed, finish, new_arrival, needs_send)
+
+
+def commit(
+    g: GraphArrays, m: Machine, s: Schedule, t: jax.Array, seen: Look, device: jax.Array
+) -> Schedule:
+    """`s` with op t placed on `device` (a padding position changes nothing)."""
+    real = g.real[t]
+    parents = g.parents[t]
+    remote = seen.needs_send & (s.device[parents] != device) & real
+    sent = s.sent.at[parents].min(jnp.where(remote, seen.new_arrival, jnp.inf))
+    bus_end = jnp.where(remote, seen.new_arrival + m.delta2, 0.0)
+    bus_free = s.bus_free.at[s.device[parents]].max(bus_end)
+    finish = seen.finish[device]
+    gap = jnp.where(g.cost[t] > 0, m.delta1, 0.0)
+    busy = jnp.where(real, g.cost[t] / m.speed[device], 0.0)
+    return Schedule(
+        device=s.device.at[t].set(jnp.where(real, device, 0)),
+        finish=s.finish.at[t].set(jnp.where(real, finish, 0.0)),
+        sent=sent,
+        device_free=s.device_free.at[device].max(jnp.where(real, finish + gap, 0.0)),
+        bus_free=bus_free,
+        busy=s.busy.at[device].add(busy),
+        memory=s.memory.at[device].add(jnp.where(real, g.own_bytes[t], 0.0)),
+    )
+
+
+Chooser = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
+"""(t, features [D, F], allowed [D], key) -> device: the policy's (or a teacher's) choice."""
+
+
+def rollout(g: GraphArrays, m: Machine, choose: Chooser, key: jax.Array) -> Trajectory:
+    """One episode on graph `g` (no graph axis): every position in order, a decision where op t
+    leads (`g.leader[t] == t`), its leader's device otherwise."""
+    n_pad = g.cost.shape[0]
+    positions = jnp.arange(n_pad)
+
+    def step(s: Schedule, xs):
+        t, step_key = xs
+        seen = look(g, m, s, t)
+        decides = (g.leader[t] == t) & g.real[t]
+        chosen = choose(t, seen.features, seen.allowed, step_key)
+        device = jnp.where(decides, chosen, s.device[g.leader[t]]).astype(jnp.int32)
+        return commit(g, m, s, t, seen, device), (seen.features, seen.allowed, decides)
+
+    keys = jax.random.split(key, n_pad)
+    final, (features, allowed, decision) = jax.lax.scan(
+        step, Schedule.empty(n_pad, m.speed.shape[0]), (positions, keys)
+    )
+    return Trajectory(final.device, features, allowed, decision)
+
+
+def estimated_makespan(g: GraphArrays, m: Machine, device: jax.Array) -> jax.Array:
+    """The list schedule's makespan (µs) of a whole placement by position (`device` [Np]):
+    the episode's own estimate, not the simulator's."""
+
+    def step(s: Schedule, t):
+        return commit(g, m, s, t, look(g, m, s, t), device[t]), None
+
+    n_pad = g.cost.shape[0]
+    final, _ = jax.lax.scan(step, Schedule.empty(n_pad, m.speed.shape[0]), jnp.arange(n_pad))
+    return jnp.max(jnp.where(g.real, final.finish, 0.0))

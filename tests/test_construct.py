@@ -1,0 +1,188 @@
+"""The constructive placement MDP (`env/construct*.py`), its policy and its host loop: the list
+schedule by hand and against `placers.timeline.Timeline`, co-location and memory in episodes,
+device equivariance, and placing (evaluations, exact scores)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.env import construct as env
+from placeto_jax.env.construct_graph import Padding, build
+from placeto_jax.graphs.core import Graph
+from placeto_jax.placers.timeline import Timeline
+from placeto_jax.rl import construct as device
+from placeto_jax.rl import construct_loop as loop
+from placeto_jax.sim.api import simulate
+
+CLUSTER = Cluster.preset("placeto-k80", 2)  # delta1 5.7 µs, delta2 25 µs, 7,600 bytes/µs
+
+
+def _fork() -> Graph:
+    """a (100 µs, 76,000 bytes: a 10 µs transfer) feeds b (50 µs) and c (30 µs)."""
+    return Graph.from_edges(
+        cost=[100.0, 50.0, 30.0], out_bytes=[76_000.0, 8.0, 8.0], edges=[(0, 1), (0, 2)]
+    )
+
+
+def _estimate(graph: Graph, cluster: Cluster, placement: np.ndarray) -> float:
+    built = build("g", graph, cluster)
+    arrays = env.GraphArrays.stack([built]).at(0)
+    by_position = jnp.asarray(built.by_position(placement))
+    return float(env.estimated_makespan(arrays, env.Machine.of(cluster), by_position))
+
+
+def test_the_list_schedule_of_a_fork_by_hand():
+    # a on 0: 0-100, device 0 free at 105.7. b on 1: a's output leaves bus 0 at 100, arrives
+    # at 110; b runs 110-160. c on 0: a is local (100), device 0 free at 105.7: 105.7-135.7.
+    # Makespan 160. In visiting order (upward rank): a, b (rank 50 + 10), c.
+    graph = _fork()
+    built = build("g", graph, CLUSTER)
+    np.testing.assert_array_equal(built.op_index, [0, 1, 2])
+    assert _estimate(graph, CLUSTER, np.array([0, 1, 0])) == pytest.approx(160.0)
+    # All on device 0: a 0-100, b 105.7-155.7, c 161.4-191.4.
+    assert _estimate(graph, CLUSTER, np.array([0, 0, 0])) == pytest.approx(191.4)
+
+
+def test_the_observation_of_the_last_op_of_the_fork_by_hand():
+    graph = _fork()
+    built = build("g", graph, CLUSTER)
+    g = env.GraphArrays.stack([built]).at(0)
+    machine = env.Machine.of(CLUSTER)
+    s = env.Schedule.empty(built.cost.size, 2)
+    for t, d in [(0, 0), (1, 1)]:
+        s = env.commit(g, machine, s, jnp.asarray(t), env.look(g, machine, s, jnp.asarray(t)), d)
+    seen = env.look(g, machine, s, jnp.asarray(2))
+    scale = built.scale  # (180 + 3 x 5.7) / 2
+    assert scale == pytest.approx((180 + 3 * 5.7) / 2)
+    f = np.asarray(seen.features)
+    np.testing.assert_allclose(f[:, 0] * scale, [100.0, 110.0], rtol=1e-6)  # inputs there
+    np.testing.assert_allclose(f[:, 1] * scale, [105.7, 165.7], rtol=1e-6)  # device free
+    np.testing.assert_allclose(f[:, 2] * scale, [105.7, 165.7], rtol=1e-6)  # earliest start
+    np.testing.assert_allclose(f[:, 5], [1.0, 0.0])  # a's bytes are on device 0
+    np.testing.assert_allclose(f[:, 6], [0.0, 0.0])  # a's output was already sent
+    np.testing.assert_allclose(f[:, 7] * scale, [100.0, 50.0], rtol=1e-6)  # busy time
+    np.testing.assert_allclose(f[:, 10], [0.0, 1.0])  # b (position 1) is on device 1
+    np.testing.assert_allclose(np.asarray(seen.finish), [135.7, 195.7], rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_list_schedule_matches_the_timeline_on_random_forests(seed):
+    # With one parent per op a step sends at most one new transfer, where `Timeline.probe`
+    # and the episode's schedule agree exactly; ops committed in the visiting order.
+    rng = np.random.default_rng(seed)
+    n = 30
+    parent = [int(rng.integers(0, v)) if v and rng.random() < 0.85 else -1 for v in range(n)]
+    graph = Graph.from_edges(
+        cost=rng.uniform(0, 200, n).round(1),
+        out_bytes=rng.uniform(0, 4e5, n).round(),
+        edges=[(p, v) for v, p in enumerate(parent) if p >= 0],
+    )
+    cluster = Cluster.preset("placeto-k80", 3)
+    placement = rng.integers(0, 3, n)
+    timeline = Timeline(graph, cluster)
+    for v in build("g", graph, cluster).op_index.tolist():
+        d = int(placement[v])
+        start, transfers = timeline.probe(v, d)
+        timeline.commit(v, d, start, transfers)
+    expected = timeline.schedule().makespan
+    assert _estimate(graph, cluster, placement) == pytest.approx(expected, rel=1e-5)
+
+
+def _colocated() -> Graph:
+    """A training step: weight w, forward f, backward b, update u; w and u share a device."""
+    return Graph.from_edges(
+        cost=[1.0, 100.0, 100.0, 1.0],
+        out_bytes=[8e3, 8e3, 8e3, 8e3],
+        edges=[(0, 1), (1, 2), (0, 2), (2, 3), (0, 3)],
+        colocation=[0, -1, -1, 0],
+    )
+
+
+def _episodes(graph, cluster, choose_fn, n=1):
+    built = build("g", graph, cluster)
+    g = env.GraphArrays.stack([built]).at(0)
+    keys = jax.random.split(jax.random.key(0), n)
+    out = jax.vmap(lambda k: env.rollout(g, env.Machine.of(cluster), choose_fn, k))(keys)
+    return built, out
+
+
+def test_a_co_location_class_is_one_decision_and_its_members_follow_the_leader():
+    graph = _colocated()
+
+    def last_device(t, features, allowed, key):  # always the highest allowed device
+        return jnp.max(jnp.where(allowed, jnp.arange(allowed.shape[0]), -1))
+
+    built, out = _episodes(graph, CLUSTER, last_device)
+    placement = built.placement(np.asarray(out.device[0]))
+    assert placement.tolist() == [1, 1, 1, 1]
+    decisions = np.asarray(out.decision[0])[: graph.n_ops]
+    leader_of = {v: i for i, v in enumerate(built.op_index.tolist())}
+    assert decisions[leader_of[3]] == 0 and decisions[leader_of[0]] == 1
+    assert decisions.sum() == 3
+
+
+def test_a_device_without_room_is_not_allowed_unless_none_has_room():
+    cluster = Cluster.preset("placeto-k80", 2, memory=(20e3, 1e9))
+    graph = Graph.from_edges(cost=[10.0, 10.0], out_bytes=[15e3, 15e3], edges=[(0, 1)])
+
+    def first_allowed(t, features, allowed, key):
+        return jnp.argmax(allowed)
+
+    _, out = _episodes(graph, cluster, first_allowed)
+    allowed = np.asarray(out.allowed[0])[:2]
+    np.testing.assert_array_equal(allowed, [[True, True], [False, True]])  # 30 kB > 20 kB
+    tight = Cluster.preset("placeto-k80", 2, memory=(1e3, 1e3))
+    _, out = _episodes(graph, tight, first_allowed)
+    np.testing.assert_array_equal(np.asarray(out.allowed[0])[:2], [[True, True]] * 2)
+
+
+def test_the_policy_is_equivariant_under_renaming_devices():
+    graph = _fork()
+    bank = loop.Bank.of([("g", graph)], CLUSTER)
+    learner, params = loop.initial(bank, loop.Settings(width=16, rounds=1))
+    params = jax.tree.map(lambda p: p * 50.0, params)  # logits far from uniform
+    g = bank.arrays.at(0)
+    embedding = learner.embed(params, g)[0]
+    features = jax.random.normal(jax.random.key(2), (3, env.N_DYNAMIC))
+    allowed = jnp.ones(3, bool)
+    logits = learner.logits(params, embedding, features, allowed)
+    permuted = learner.logits(params, embedding, features[jnp.array([2, 0, 1])], allowed)
+    np.testing.assert_allclose(permuted, logits[jnp.array([2, 0, 1])], rtol=1e-5, atol=1e-6)
+    assert float(logits.max() - logits.min()) > 1e-3
+
+
+def test_placing_counts_one_evaluation_per_episode_and_scores_exactly():
+    graph = _colocated()
+    bank = loop.Bank.of([("g", graph)], CLUSTER)
+    learner, params = loop.initial(bank, loop.Settings(width=16, rounds=1))
+    (placed,) = loop.place(learner, params, bank, CLUSTER, jax.random.key(3), samples=5)
+    assert placed.evaluations == 6
+    simulated = simulate(graph, CLUSTER, placed.placement)
+    assert placed.makespan == pytest.approx(float(simulated.makespan))
+    assert placed.makespan <= placed.greedy
+    assert placed.placement[0] == placed.placement[3]
+
+
+def test_imitation_learns_a_teachers_placement():
+    # A graph whose teacher splits two independent chains over the two devices: after
+    # imitation the greedy episode places them as the teacher (up to renaming devices).
+    graph = Graph.from_edges(
+        cost=[100.0] * 6, out_bytes=[8e5] * 6, edges=[(0, 1), (1, 2), (3, 4), (4, 5)]
+    )
+    bank = loop.Bank.of([("g", graph)], CLUSTER)
+    settings = loop.Settings(width=16, rounds=1, imitation_updates=60, learning_rate=1e-2)
+    learner, params, log = loop.train(bank, CLUSTER, settings, progress=False)
+    assert log[-1]["loss"] < 0.5 * log[0]["loss"]
+    teacher = loop.teacher_placements(bank, CLUSTER, jax.random.key(0))[0]
+    greedy = device.episodes(learner, params, bank.arrays, bank.machine, jnp.asarray([0]),
+                             jax.random.key(0), "greedy", 1).device[0, 0]  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(greedy)[:6], teacher[:6])
+
+
+def test_padding_that_cannot_hold_a_graph_is_refused():
+    with pytest.raises(ValueError, match="exceed the padding"):
+        build("g", _fork(), CLUSTER, Padding(n_pad=2, k_pad=4, e_pad=64))
