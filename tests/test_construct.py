@@ -4,17 +4,21 @@ device equivariance, and placing (evaluations, exact scores)."""
 
 from __future__ import annotations
 
+import json
+
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import placeto_jax as pj
 from placeto_jax.cluster import Cluster
+from placeto_jax.config import apply, make_config, make_pipeline
 from placeto_jax.env import construct as env
 from placeto_jax.env.construct_graph import Padding, build
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers.timeline import Timeline
-from placeto_jax.rl import construct as device
 from placeto_jax.rl import construct_loop as loop
 from placeto_jax.sim.api import simulate
 
@@ -141,12 +145,11 @@ def test_a_device_without_room_is_not_allowed_unless_none_has_room():
 
 
 def test_the_policy_is_equivariant_under_renaming_devices():
-    graph = _fork()
-    bank = loop.Bank.of([("g", graph)], CLUSTER)
-    learner, params = loop.initial(bank, loop.Settings(width=16, rounds=1))
-    params = jax.tree.map(lambda p: p * 50.0, params)  # logits far from uniform
-    g = bank.arrays.at(0)
-    embedding = learner.embed(params, g)[0]
+    config = _config()
+    bank = loop.Bank.of([("g", _fork())], CLUSTER)
+    learner = loop.learner_of(config)
+    params = jax.tree.map(lambda p: p * 50.0, loop.initial_state(config, bank).params)
+    embedding = learner.embed(params, bank.arrays.at(0))[0]
     features = jax.random.normal(jax.random.key(2), (3, env.N_DYNAMIC))
     allowed = jnp.ones(3, bool)
     logits = learner.logits(params, embedding, features, allowed)
@@ -155,34 +158,95 @@ def test_the_policy_is_equivariant_under_renaming_devices():
     assert float(logits.max() - logits.min()) > 1e-3
 
 
-def test_placing_counts_one_evaluation_per_episode_and_scores_exactly():
+def test_episodes_are_scored_by_exact_simulation_and_keep_co_location():
+    config = _config()
     graph = _colocated()
     bank = loop.Bank.of([("g", graph)], CLUSTER)
-    learner, params = loop.initial(bank, loop.Settings(width=16, rounds=1))
-    (placed,) = loop.place(learner, params, bank, CLUSTER, jax.random.key(3), samples=5)
-    assert placed.evaluations == 6
-    simulated = simulate(graph, CLUSTER, placed.placement)
-    assert placed.makespan == pytest.approx(float(simulated.makespan))
-    assert placed.makespan <= placed.greedy
-    assert placed.placement[0] == placed.placement[3]
+    params = loop.initial_state(config, bank).params
+    rows = loop.candidates(config, params, bank, 0, jax.random.key(3), samples=5)
+    assert rows.shape == (6, 4)
+    np.testing.assert_array_equal(rows[:, 0], rows[:, 3])  # w and its update together
+    by_position = np.stack([bank.built[0].by_position(r) for r in rows])[None]
+    scored = loop.scores(bank, CLUSTER, [0], by_position)[0]
+    expected = [float(simulate(graph, CLUSTER, r).makespan) for r in rows]
+    np.testing.assert_allclose(scored, expected, rtol=1e-12)
+    uniform = loop.candidates(config, params, bank, 0, jax.random.key(3), 63, mode="uniform")
+    assert len({tuple(r) for r in uniform.tolist()}) > 1  # random, yet co-located
+    np.testing.assert_array_equal(uniform[:, 0], uniform[:, 3])
 
 
-def test_imitation_learns_a_teachers_placement():
-    # A graph whose teacher splits two independent chains over the two devices: after
-    # imitation the greedy episode places them as the teacher (up to renaming devices).
-    graph = Graph.from_edges(
-        cost=[100.0] * 6, out_bytes=[8e5] * 6, edges=[(0, 1), (1, 2), (3, 4), (4, 5)]
-    )
-    bank = loop.Bank.of([("g", graph)], CLUSTER)
-    settings = loop.Settings(width=16, rounds=1, imitation_updates=60, learning_rate=1e-2)
-    learner, params, log = loop.train(bank, CLUSTER, settings, progress=False)
-    assert log[-1]["loss"] < 0.5 * log[0]["loss"]
-    teacher = loop.teacher_placements(bank, CLUSTER, jax.random.key(0))[0]
-    greedy = device.episodes(learner, params, bank.arrays, bank.machine, jnp.asarray([0]),
-                             jax.random.key(0), "greedy", 1).device[0, 0]  # fmt: skip
-    np.testing.assert_array_equal(np.asarray(greedy)[:6], teacher[:6])
+def test_imitation_learns_a_teachers_placement(tmp_path):
+    # The teacher splits the two chains over the two devices; after imitation the greedy
+    # episode places them as the teacher does (devices named in order of first use).
+    config = apply(_config(imitation=60), {"train.learning_rate": 1e-2})
+    named = [("g", _two_chains())]
+    state = loop.train_in(config, named, CLUSTER, tmp_path, progress=False)
+    losses = [
+        json.loads(line)["train/imitation_loss"] for line in (tmp_path / "metrics.jsonl").open()
+    ]
+    assert losses[-1] < 0.5 * losses[0]
+    bank = loop.Bank.of(named, CLUSTER)
+    teacher, reference = loop.teachers(bank, CLUSTER, jax.random.key(0))
+    greedy = loop.candidates(config, state.params, bank, 0, jax.random.key(0))[0]
+    np.testing.assert_array_equal(bank.built[0].by_position(greedy)[:6], teacher[0, :6])
+    assert float(simulate(_two_chains(), CLUSTER, greedy).makespan) == pytest.approx(reference[0])
 
 
 def test_padding_that_cannot_hold_a_graph_is_refused():
     with pytest.raises(ValueError, match="exceed the padding"):
         build("g", _fork(), CLUSTER, Padding(n_pad=2, k_pad=4, e_pad=64))
+
+
+def _two_chains() -> Graph:
+    return Graph.from_edges(
+        cost=[100.0] * 6, out_bytes=[8e5] * 6, edges=[(0, 1), (1, 2), (3, 4), (4, 5)]
+    )
+
+
+def _config(**train):
+    settings = [f"train.{k}={v}" for k, v in train.items()]
+    return make_config("construct", ["policy.width=16", "policy.rounds=1", *settings],
+                       n_devices=2)  # fmt: skip
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_parameters(tmp_path):
+    config = _config(imitation=4, iterations=3, episodes=2, graphs_per_update=1)
+    config = apply(config, {"run.checkpoint_every": 2})
+    named = [("a", _two_chains()), ("b", _fork())]
+    whole = loop.train_in(config, named, CLUSTER, tmp_path / "whole", progress=False)
+    loop.train_in(config, named, CLUSTER, tmp_path / "cut", progress=False, stop_at=5)
+    resumed = loop.train_in(config, named, CLUSTER, tmp_path / "cut", progress=False)
+    assert int(resumed.iteration) == 7
+    chex.assert_trees_all_equal(resumed.params, whole.params)
+    records = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").open()]
+    assert [r["iteration"] for r in records] == list(range(1, 8))
+    assert all("train/imitation_loss" in r for r in records[:4])
+    assert all("train/final_runtime" in r for r in records[4:])
+
+
+def test_zero_updates_write_the_untrained_policy_as_a_checkpoint(tmp_path):
+    config = _config(imitation=0, iterations=0)
+    named = [("a", _two_chains())]
+    loop.train_in(config, named, CLUSTER, tmp_path, progress=False)
+    restored = pj.Policy.load(str(tmp_path))
+    fresh = loop.initial_state(config, loop.Bank.of(named, CLUSTER)).params
+    chex.assert_trees_all_equal(restored.params, fresh)
+
+
+def test_the_pipeline_places_with_a_construct_policy_alike_alone_and_among_others(tmp_path):
+    config = _config(imitation=10)
+    graph = _colocated()
+    loop.train_in(config, [("g", graph)], CLUSTER, tmp_path, progress=False)
+    policy = pj.Policy.load(str(tmp_path))
+    sampled = make_pipeline("sampled")
+    alone = pj.place(graph, CLUSTER, sampled, policy, name="g", compare=False)
+    others = [("x", _two_chains()), ("g", graph)]
+    together = pj.place_many(others, CLUSTER, sampled, policy, compare=False)[1]
+    np.testing.assert_array_equal(alone.result.placement, together.result.placement)
+    (stage,) = alone.stages
+    assert stage.name == "episodes" and 1 <= stage.evaluations <= 17
+    assert alone.result.episodes == 17
+    simulated = simulate(graph, CLUSTER, alone.result.placement)
+    assert alone.result.makespan == pytest.approx(float(simulated.makespan), rel=1e-12)
+    with pytest.raises(ValueError, match="construct agent"):
+        pj.place(graph, CLUSTER, make_pipeline("search"), policy)

@@ -20,6 +20,7 @@ Normalize = Literal["none", "initial"]
 RewardGraph = Literal["grouped", "ops"]
 MessagePassing = Literal["radial", "sweep", "none"]
 Baseline = Literal["per-step", "none"]
+Agent = Literal["paper", "construct"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +46,7 @@ class PolicyConfig:
 
     message_passing: MessagePassing = "radial"
     rounds: int = 8  # radial rounds (ignored by "sweep" and "none")
-    width: int = 0  # node embedding width; 0: the feature count d = 5 + D (+1)
+    width: int = 0  # node embedding width; 0: the feature count d = 5 + D (+1); construct: 64
     head_widths: tuple[int, ...] = ()  # hidden layers of the head; (): (16 d, 8 d)
     per_device_parallel: bool = False  # pool the parallel nodes per device
 
@@ -54,7 +55,8 @@ class PolicyConfig:
 class TrainConfig:
     """REINFORCE over a batch of parallel episodes (../shared/spec/placeto.md "Training")."""
 
-    iterations: int = 200  # policy updates
+    iterations: int = 200  # policy-gradient updates (0: the initial weights are the checkpoint)
+    imitation: int = 0  # construct agent: updates imitating the best heuristic's placements first
     episodes: int = 64  # parallel episodes per update, spread evenly over its graphs
     graphs_per_update: int = 0  # graphs an update trains on (round-robin); 0: all of them
     learning_rate: float = 1e-3
@@ -96,6 +98,8 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    agent: Agent = "paper"  # "paper": Placeto's MDP and policy; "construct": each op placed once,
+    #                         observing a list schedule (docs/agent.md, "The construct agent")
     n_devices: int = 4
     cluster_preset: str = "placeto-k80"
     seed: int = 0
@@ -123,6 +127,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         "run.eval_every": 10,
         "run.checkpoint_every": 20,
         "run.group_target": 48,
+    },
+    # The construct agent, CPU-sized: imitation of the best heuristic on each training graph
+    # (op level, no coarsening), then policy-gradient updates (docs/agent.md).
+    "construct": {
+        "agent": "construct",
+        "policy.rounds": 3,
+        "train.imitation": 300,
+        "train.iterations": 0,
+        "train.episodes": 8,
+        "train.graphs_per_update": 2,
+        "train.learning_rate": 1e-3,
+        "train.entropy": 1e-2,
+        "run.eval_every": 50,
+        "run.checkpoint_every": 100,
+        "run.group_target": 0,
     },
     # The paper's settings (../shared/spec/placeto.md), for an accelerator.
     "paper": {
@@ -241,7 +260,17 @@ def validate(config: Config) -> None:
         ("env.memory_penalty_cap", config.env.memory_penalty_cap >= 0, "must be >= 0"),
         ("policy.rounds", config.policy.rounds >= 1, "must be >= 1"),
         ("policy.width", config.policy.width >= 0, "must be >= 0"),
-        ("train.iterations", config.train.iterations >= 1, "must be >= 1"),
+        ("train.iterations", config.train.iterations >= 0, "must be >= 0"),
+        (
+            "train.imitation",
+            0 <= config.train.imitation <= MAX_ITERATIONS,
+            f"must be in [0, {MAX_ITERATIONS:,}]",
+        ),
+        (
+            "train.imitation",
+            config.agent == "construct" or config.train.imitation == 0,
+            "is for agent=construct (the paper agent has no imitation phase)",
+        ),
         ("train.episodes", config.train.episodes >= 1, "must be >= 1"),
         ("train.graphs_per_update", config.train.graphs_per_update >= 0, "must be >= 0"),
         ("train.learning_rate", config.train.learning_rate > 0, "must be > 0"),
@@ -267,6 +296,10 @@ def validate(config: Config) -> None:
     for name, ok, why in checks:
         if not ok:
             raise ValueError(f"config {name} {why}")
+    if config.agent not in typing.get_args(Agent):
+        raise ValueError(
+            f"config agent={config.agent!r} is not one of {', '.join(typing.get_args(Agent))}"
+        )
     for section, cls in (("env", EnvConfig), ("policy", PolicyConfig), ("train", TrainConfig)):
         for field in dataclasses.fields(cls):
             _check_literal(f"{section}.{field.name}", getattr(getattr(config, section), field.name))
@@ -453,6 +486,8 @@ PIPELINES: dict[str, Pipeline] = {
     "policy": Pipeline(),
     # The best fast heuristic on the op graph (`placers.FAST_HEURISTICS`); no policy.
     "heuristics": Pipeline(source="heuristics"),
+    # The policy's greedy episode and 16 sampled ones at temperature 0.3, the best kept.
+    "sampled": Pipeline(samples=16, temperature=0.3),
     # The configuration of record (docs/findings.md): episodes from the best heuristic, K = 32
     # samples at T = 8, policy-guided search over the groups then the ops (ranked proposals,
     # D - 1 passes) from that start and from the fastest other heuristic, 3 random passes,

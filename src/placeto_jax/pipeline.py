@@ -26,6 +26,7 @@ from placeto_jax.config import EVERY_OTHER_DEVICE, Config, Pipeline, apply, make
 from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import PlacerResult, fast_heuristics, fastest_fitting
+from placeto_jax.rl import construct_loop
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.evaluate import (
     Placement,
@@ -64,6 +65,8 @@ class Policy:
         if cluster is not None:
             Cluster.preset(cluster, config.n_devices)  # an unknown name fails here
             config = dataclasses.replace(config, cluster_preset=cluster)
+        if config.agent == "construct":
+            return Policy(config, construct_loop.restore_params(checkpoint, config))
         return Policy(config, _restore_params(checkpoint, config))
 
     def cluster(self) -> Cluster:
@@ -93,6 +96,9 @@ def train(
         )
     config = make_config(preset, list(overrides), n_devices=cluster.n_devices,
                          cluster_preset=cluster.name, seed=seed)  # fmt: skip
+    if config.agent == "construct":
+        state = construct_loop.train_in(config, named, cluster, workdir, progress)
+        return Policy(config, state.params)
     prepared = [prepare(n, g, config.run.group_target, cluster.delta1) for n, g in named]
     result = train_and_evaluate(config, prepared, workdir, progress=progress)
     return Policy(config, result.state.params, tuple(found_placements(result.state)))
@@ -256,6 +262,8 @@ def _heuristic_cost(results: list[PlacerResult]) -> int:
 def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, log):
     """The policy's placement of each graph: its greedy (and sampled) episodes at each
     coarsening, the best kept; (placements, the kept coarsening's graphs)."""
+    if policy.config.agent == "construct":
+        return _construct_episodes(named, cluster, pipeline, policy, key, log)
     config = episode_config(policy.config, pipeline)
     start = pipeline.start or None
     if start == "best-op":
@@ -281,6 +289,31 @@ def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, l
     for stages, p in zip(log, placed, strict=True):
         stages.append(Stage("episodes", p.episode_steps + p.evaluations, wall, p.makespan))
     return placed, kept
+
+
+def _construct_episodes(named, cluster, pipeline, policy, key, log):
+    """The construct agent's placement of each op graph: the best of its greedy episode and
+    `pipeline.samples` sampled ones by exact simulation; each graph's episodes draw from `key`
+    folded with the graph's content, so a graph is placed alike alone or beside others."""
+    if pipeline.start or pipeline.group_targets or pipeline.search_groups:
+        raise ValueError(
+            "the construct agent places each op once from nothing: pipeline.start, "
+            "group_targets and search_groups are for the paper agent"
+        )
+    placed, graphs = [], []
+    for (name, graph), stages in zip(named, log, strict=True):
+        began = time.perf_counter()
+        bank = construct_loop.Bank.of([(name, graph)], cluster)
+        graph_key = jax.random.fold_in(key, int(graph.digest[:8], 16))
+        rows = construct_loop.candidates(policy.config, policy.params, bank, 0, graph_key,
+                                         pipeline.samples, pipeline.temperature)  # fmt: skip
+        pg = PlacementGraph(name, graph)
+        ranked = rank_visited(pg, cluster, rows, "construct")
+        p = dataclasses.replace(ranked, episodes=len(rows), temperature=pipeline.temperature)
+        stages.append(Stage("episodes", p.evaluations, time.perf_counter() - began, p.makespan))
+        placed.append(p)
+        graphs.append(pg)
+    return placed, graphs
 
 
 def episode_config(config: Config, pipeline: Pipeline) -> Config:

@@ -182,15 +182,17 @@ def plot_training(records: Sequence[Mapping[str, float]], path: str | os.PathLik
     for key, label, style in (
         ("train/final_runtime", "episodes: mean final runtime", "-"),
         ("eval/best_runtime", "greedy evaluation: best runtime", "o-"),
+        ("train/imitation_loss", "imitation loss (construct agent)", "-"),
     ):
         points = [(r["iteration"], r[key]) for r in records if key in r]
         if points:
             ax.plot(*zip(*points, strict=True), style, label=label, markersize=3)
     ax.set_xlabel("update")
-    ax.set_ylabel("runtime (env units: of the episode's start by default)")
+    ax.set_ylabel("runtime (env units; construct agent: over the teacher's)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
     ax.set_title("learning curve")
     with atomic_write(path) as file:
         fig.savefig(file, format="png", dpi=100)

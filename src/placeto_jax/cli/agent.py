@@ -57,6 +57,7 @@ from placeto_jax.pipeline import (
 )
 from placeto_jax.placers import METHODS, run_method
 from placeto_jax.placers.search import DEFAULT_BUDGET
+from placeto_jax.rl import construct_loop
 from placeto_jax.rl.evaluate import found_placements
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
@@ -242,6 +243,8 @@ def _train(args: argparse.Namespace) -> int:
     graphs = load_graphs(args.graphs, config)  # every graph read and checked before any write
     graphs = starting_graphs(graphs, config, args.start, jax.random.key(args.seed),
                              cluster_of(config))  # fmt: skip
+    if config.agent == "construct":
+        return _train_construct(args, config, graphs, workdir)
     if args.coordinator:
         _join(args)
     mesh = episode_mesh() if jax.device_count() > 1 else None
@@ -261,6 +264,21 @@ def _train(args: argparse.Namespace) -> int:
     found = dataclasses.replace(policy, found=tuple(found_placements(result.state)))
     visited = place_many(named, cluster, pipeline, found, key, compare=False)
     print(train_text(config, own, visited, workdir))
+    return 0
+
+
+def _train_construct(args: argparse.Namespace, config, graphs, workdir: str) -> int:
+    """`train` for the construct agent: op graphs, one process; then its own placements (the
+    `sampled` pipeline) against the heuristics."""
+    if args.coordinator or args.start not in (None, "random"):
+        raise ValueError("the construct agent trains in one process, from no start")
+    named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs]
+    cluster = cluster_of(config)
+    state = construct_loop.train_in(config, named, cluster, workdir, not args.no_progress)
+    own = place_many(named, cluster, PIPELINES["sampled"], Policy(config, state.params),
+                     jax.random.key(args.seed), compare=not args.no_heuristics,
+                     progress=not args.no_progress)  # fmt: skip
+    print(train_text(config, own, own, workdir))
     return 0
 
 

@@ -284,6 +284,18 @@ def train_text(
     greedy one, when better), against single device and (when run) the best fast heuristic
     (`eval_table`), and where the run is."""
     against = "and the best fast heuristic " if _compared(own) else ""
+    if config.agent == "construct":
+        updates = config.train.imitation + config.train.iterations
+        return "\n".join([
+            f"after {updates} updates ({config.train.imitation} imitating the best heuristic, "
+            f"{config.train.iterations} policy-gradient), on each graph: the policy's own "
+            f"placement (what `place --checkpoint {workdir}` returns with the same pipeline) "
+            f"against single device {against}(ratios: makespan over theirs, lower is better):",
+            eval_table(own),
+            "",
+            f"run directory: {workdir}  (place a graph: placeto-jax place GRAPH "
+            f"--checkpoint {workdir})",
+        ])  # fmt: skip
     return "\n".join(
         [
             f"after {config.train.iterations} updates, on each graph: the policy's own placement "
@@ -381,6 +393,8 @@ def policy_table(placed: Placed) -> str:
 
 
 def _start_label(r: Placement) -> str:
+    if r.start == "construct":
+        return "greedy episode"
     return "initial (random)" if r.start == "random" else f"start ({r.start})"
 
 
@@ -414,7 +428,7 @@ def eval_table(placed: Sequence[Placed], visited: Sequence[Placed] | None = None
     results = [p.result for p in placed]
     compared = _compared(placed)
     best_columns = ("best heuristic ms", "placeto ms", "/ single", "/ best")
-    given = any(r.start != "random" for r in results)
+    given = any(r.start not in ("random", "construct") for r in results)
     rows = [
         (
             "graph",

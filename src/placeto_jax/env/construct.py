@@ -226,7 +226,7 @@ def rollout(g: GraphArrays, m: Machine, choose: Chooser, key: jax.Array) -> Traj
         device = jnp.where(decides, chosen, s.device[g.leader[t]]).astype(jnp.int32)
         return commit(g, m, s, t, seen, device), (seen.features, seen.allowed, decides)
 
-    keys = jax.random.split(key, n_pad)
+    keys = jax.vmap(lambda t: jax.random.fold_in(key, t))(positions)  # padding-independent
     final, (features, allowed, decision) = jax.lax.scan(
         step, Schedule.empty(n_pad, m.speed.shape[0]), (positions, keys)
     )

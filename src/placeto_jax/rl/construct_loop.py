@@ -1,18 +1,21 @@
-"""Host side of the constructive policy: the bank of graphs, the teacher's placements, exact
-scoring of episodes by the simulator, training (imitation, then policy gradient) and placing.
+"""Host side of the construct agent (`config.agent = "construct"`): the bank of graphs, the
+teachers' placements, exact scoring of episodes by the simulator, the training run in a work
+directory (checkpoints, metrics, resume) and placing.
 
-Training: `imitation_updates` updates imitate each training graph's teacher (the best of
-`TEACHERS` on its op graph, devices renamed in order of first use so that the labels are the
-ones a device-equivariant policy can produce), then `rl_updates` REINFORCE updates on
-`episodes` sampled episodes per graph, each scored by one exact simulation of its op graph
-(penalised makespan), advantage = (mean of the graph's batch - own) / mean.
-Placing: the greedy episode and `samples` sampled ones, the best by exact simulation; each
-episode is one evaluation.
+Training: `train.imitation` updates imitate each training graph's teacher (the best of
+`TEACHERS` on its op graph, devices renamed in order of first use on a homogeneous cluster, so
+that the labels are ones a device-equivariant policy can produce), then `train.iterations`
+REINFORCE updates on `train.episodes` sampled episodes per graph, each scored by one exact
+simulation of its op graph (penalised makespan), advantage = (mean of the graph's batch - own)
+/ mean. Update u draws its graphs and episodes from the run key folded with u, so a resumed
+run is the uninterrupted one. Placing: the greedy episode and `samples` sampled ones, the best
+by exact simulation; each episode is one evaluation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -22,33 +25,35 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
+from placeto_jax.config import Config
 from placeto_jax.env.construct import GraphArrays, Machine
 from placeto_jax.env.construct_graph import ConstructGraph, Padding, build
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import fastest_fitting, run_method
 from placeto_jax.rl import construct as device
+from placeto_jax.rl.checkpoint import (
+    Checkpointer,
+    Provenance,
+    config_digest,
+    workdir_lock,
+    write_run,
+)
 from placeto_jax.sim.api import padded, simulate_rows
 from placeto_jax.sim.ranking import penalised_makespan
 
 TEACHERS = ("metis", "heft", "critical-path", "m-etf", "m-sct")  # the fast heuristics that
-# finish in a few seconds on 5,000 ops (fit-fastest and m-topo never won a family graph)
+# finish in seconds on 5,000 ops (fit-fastest and m-topo never won a family graph)
+DEFAULT_WIDTH = 64  # policy.width 0
 
 
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class Settings:
-    """The constructive policy's training and placing settings."""
+class ConstructState:
+    """What a checkpoint holds."""
 
-    width: int = 64  # hidden units
-    rounds: int = 3  # message-passing rounds
-    learning_rate: float = 1e-3
-    imitation_updates: int = 300  # updates imitating the teachers
-    rl_updates: int = 0  # REINFORCE updates after imitation
-    episodes: int = 8  # sampled episodes per graph and REINFORCE update
-    graphs_per_update: int = 2
-    entropy: float = 0.01  # entropy weight of the REINFORCE loss
-    samples: int = 16  # sampled episodes when placing, besides the greedy one
-    temperature: float = 1.0  # of the sampled episodes
-    seed: int = 0
+    params: Any  # the policy's parameters
+    opt_state: Any  # Adam's moments
+    iteration: jax.Array  # [] int32 updates done (imitation and policy-gradient together)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +61,7 @@ class Bank:
     """Graphs prepared for one compiled program."""
 
     names: tuple[str, ...]
-    graphs: tuple[Graph, ...]
+    graphs: tuple[Graph, ...]  # op graphs
     built: tuple[ConstructGraph, ...]
     arrays: GraphArrays  # [G, ...]
     machine: Machine
@@ -72,6 +77,19 @@ class Bank:
             arrays=GraphArrays.stack(list(built)),
             machine=Machine.of(cluster),
         )
+
+
+def learner_of(config: Config) -> device.Learner:
+    width = config.policy.width or DEFAULT_WIDTH
+    return device.Learner.make(width, config.policy.rounds, config.train.learning_rate,
+                               config.train.grad_clip)  # fmt: skip
+
+
+def initial_state(config: Config, bank: Bank) -> ConstructState:
+    """The state a run of `config` starts from: its untrained policy."""
+    learner = learner_of(config)
+    params = learner.init(jax.random.key(config.seed), bank.arrays.at(0))
+    return ConstructState(params, learner.optimizer.init(params), jnp.zeros((), jnp.int32))
 
 
 def homogeneous(cluster: Cluster) -> bool:
@@ -90,17 +108,18 @@ def first_use_labels(by_position: np.ndarray) -> np.ndarray:
     return out
 
 
-def teacher_placements(bank: Bank, cluster: Cluster, key: jax.Array) -> np.ndarray:
-    """[G, Np] int32 by position: the best of `TEACHERS` on each graph of the bank (renamed in
-    order of first use on a homogeneous cluster)."""
-    rows = []
+def teachers(bank: Bank, cluster: Cluster, key: jax.Array) -> tuple[np.ndarray, np.ndarray]:
+    """([G, Np] int32 by position, [G] µs): the best of `TEACHERS` on each graph of the bank
+    (renamed in order of first use on a homogeneous cluster) and its makespan."""
+    rows, makespans = [], []
     for built, graph in zip(bank.built, bank.graphs, strict=True):
         best = fastest_fitting([run_method(m, graph, cluster, key) for m in TEACHERS])
         row = built.by_position(best.placement)
         if homogeneous(cluster):
             row[: built.n_ops] = first_use_labels(row[: built.n_ops])
         rows.append(row)
-    return np.stack(rows)
+        makespans.append(best.makespan)
+    return np.stack(rows), np.asarray(makespans)
 
 
 def scores(bank: Bank, cluster: Cluster, graph_ids, devices) -> np.ndarray:
@@ -117,102 +136,147 @@ def scores(bank: Bank, cluster: Cluster, graph_ids, devices) -> np.ndarray:
     return out
 
 
-def initial(bank: Bank, settings: Settings) -> tuple[device.Learner, Any]:
-    """The learner and the parameters a training run of `settings` starts from (the untrained
-    control)."""
-    learner = device.Learner.make(settings.width, settings.rounds, settings.learning_rate)
-    return learner, learner.init(jax.random.key(settings.seed), bank.arrays.at(0))
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training run's fixed pieces."""
 
+    config: Config
+    bank: Bank
+    cluster: Cluster
+    learner: device.Learner
+    teacher: jax.Array  # [G, Np] int32 teachers' devices by position
+    reference: np.ndarray  # [G] µs the teachers' makespans
 
-def train(
-    bank: Bank, cluster: Cluster, settings: Settings, progress: bool = True
-) -> tuple[device.Learner, Any, list[dict]]:
-    """Train on every graph of `bank` (module docstring): (learner, params, one log row per
-    update)."""
-    learner, params = initial(bank, settings)
-    key = jax.random.fold_in(jax.random.key(settings.seed), 1)
-    opt_state = learner.optimizer.init(params)
-    n_graphs = len(bank.names)
-    per_update = min(settings.graphs_per_update, n_graphs)
-    log: list[dict] = []
-    if settings.imitation_updates:
-        teachers = jnp.asarray(teacher_placements(bank, cluster, key))
-    total = settings.imitation_updates + settings.rl_updates
-    bar = tqdm(range(total), desc="train", unit="update", disable=not progress)
-    for update in bar:
-        key, draw, roll = jax.random.split(key, 3)
-        ids = jnp.asarray(np.asarray(jax.random.permutation(draw, n_graphs))[:per_update])
-        began = time.perf_counter()
-        if update < settings.imitation_updates:
-            forced = device.episodes(learner, params, bank.arrays, bank.machine, ids, roll,
-                                     "teacher", 1, teacher=teachers[ids])  # fmt: skip
+    @classmethod
+    def make(cls, config: Config, named: list[tuple[str, Graph]], cluster: Cluster) -> Run:
+        bank = Bank.of(named, cluster)
+        rows, reference = teachers(bank, cluster, jax.random.key(config.seed))
+        return cls(config, bank, cluster, learner_of(config), jnp.asarray(rows), reference)
+
+    def update(self, state: ConstructState) -> tuple[ConstructState, dict[str, float]]:
+        """Update number `state.iteration` (imitation first, then policy gradient)."""
+        config, train = self.config, self.config.train
+        step = int(state.iteration)
+        draw, roll = jax.random.split(jax.random.fold_in(jax.random.key(config.seed), step))
+        n_graphs = len(self.bank.names)
+        per_update = min(train.graphs_per_update or n_graphs, n_graphs)
+        ids = jax.random.permutation(draw, n_graphs)[:per_update]
+        arrays, machine = self.bank.arrays, self.bank.machine
+        if step < train.imitation:
+            forced = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
+                                     "teacher", 1, teacher=self.teacher[ids])  # fmt: skip
             params, opt_state, loss = device.imitation_update(
-                learner, params, opt_state, bank.arrays, ids, forced
+                self.learner, state.params, state.opt_state, arrays, ids, forced
             )
-            row = {"update": update, "phase": "imitation", "loss": float(loss)}
+            record = {"train/imitation_loss": float(loss)}
         else:
-            played = device.episodes(learner, params, bank.arrays, bank.machine, ids, roll,
-                                     "sample", settings.episodes, settings.temperature)  # fmt: skip
-            runtime = scores(bank, cluster, ids, played.device)
+            played = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
+                                     "sample", train.episodes)  # fmt: skip
+            runtime = scores(self.bank, self.cluster, ids, played.device)
             mean = runtime.mean(axis=1, keepdims=True)
             advantage = jnp.asarray((mean - runtime) / mean, jnp.float32)
             params, opt_state, loss = device.policy_gradient_update(
-                learner, params, opt_state, bank.arrays, ids, played, advantage,
-                settings.entropy, settings.temperature,
+                self.learner, state.params, state.opt_state, arrays, ids, played, advantage,
+                train.entropy, 1.0,
             )  # fmt: skip
-            row = {"update": update, "phase": "reinforce", "loss": float(loss),
-                   "runtime_ms": float(runtime.mean()) / 1e3}  # fmt: skip
-        row["seconds"] = time.perf_counter() - began
-        bar.set_postfix(loss=f"{row['loss']:.4f}")
-        log.append(row)
-    return learner, params, log
+            vs_teacher = runtime / self.reference[np.asarray(ids)][:, None]
+            record = {"train/loss": float(loss), "train/final_runtime": float(vs_teacher.mean())}
+        return ConstructState(params, opt_state, state.iteration + 1), record
+
+    def greedy_ratios(self, params: Any) -> np.ndarray:
+        """[G] each training graph's greedy episode over its teacher's makespan."""
+        ids = jnp.arange(len(self.bank.names))
+        played = device.episodes(self.learner, params, self.bank.arrays, self.bank.machine,
+                                 ids, jax.random.key(0), "greedy", 1)  # fmt: skip
+        return scores(self.bank, self.cluster, ids, played.device)[:, 0] / self.reference
 
 
-@dataclasses.dataclass(frozen=True)
-class Placed:
-    """The best episode on one graph."""
+def train_in(
+    config: Config,
+    named: list[tuple[str, Graph]],
+    cluster: Cluster,
+    workdir: str | os.PathLike,
+    progress: bool = True,
+    stop_at: int | None = None,
+) -> ConstructState:
+    """Train the construct agent on the op graphs `named` in `workdir` (run.json, orbax
+    checkpoints every `run.checkpoint_every` updates and at the end, metrics.jsonl and
+    TensorBoard), resuming from the newest intact checkpoint; `stop_at` ends after that many
+    updates in total without a final checkpoint (how tests stand in for a killed run)."""
+    from placeto_jax.rl.loop import MetricsLog  # the paper agent's host loop shares its logs
 
-    name: str
-    placement: np.ndarray  # [N] device per op
-    makespan: float  # µs, penalised (exact simulation)
-    greedy: float  # µs, the greedy episode's
-    evaluations: int  # episodes simulated
-    wall_s: float
+    run = Run.make(config, named, cluster)
+    provenance = Provenance(config_digest(config), tuple(g.digest for _, g in named))
+    total = config.train.imitation + config.train.iterations
+    end = total if stop_at is None else min(stop_at, total)
+    with workdir_lock(workdir):
+        write_run(workdir, config, list(run.bank.names), provenance.graphs)
+        checkpointer = Checkpointer(workdir)
+        fresh = initial_state(config, run.bank)
+        state = checkpointer.restore_state(fresh, provenance) or fresh
+        start = int(state.iteration)
+        log = MetricsLog(workdir, start)
+        try:
+            if checkpointer.latest_step() is None and total == 0:
+                checkpointer.save(0, state, provenance)  # the untrained policy, as a checkpoint
+            bar = tqdm(total=total, initial=start, desc="train", unit="update",
+                       disable=not progress, dynamic_ncols=True)  # fmt: skip
+            with bar:
+                for iteration in range(start + 1, end + 1):
+                    began = time.perf_counter()
+                    state, record = run.update(state)
+                    record["train/seconds"] = time.perf_counter() - began
+                    if iteration % config.run.eval_every == 0 or iteration == total:
+                        ratios = run.greedy_ratios(state.params)
+                        record["eval/best_runtime"] = float(np.exp(np.log(ratios).mean()))
+                        bar.set_postfix(greedy_vs_teacher=f"{record['eval/best_runtime']:.3f}x")
+                    log.write(iteration, record)
+                    if iteration % config.run.checkpoint_every == 0 or iteration == total:
+                        checkpointer.save(iteration, state, provenance)
+                    bar.update(1)
+        finally:
+            log.close()
+            checkpointer.close()
+    return state
 
 
-def place(
-    learner: device.Learner,
+def restore_params(checkpoint: str | os.PathLike, config: Config) -> Any:
+    """The construct agent's parameters in run directory `checkpoint` (their shapes do not
+    depend on the graph: a two-op chain builds the template)."""
+    chain = Graph.from_edges(cost=[1.0, 1.0], out_bytes=[0, 0], edges=[(0, 1)])
+    cluster = Cluster.preset(config.cluster_preset, config.n_devices)
+    bank = Bank.of([("template", chain)], cluster)
+    template = jax.eval_shape(lambda: initial_state(config, bank).params)
+    checkpointer = Checkpointer(checkpoint, create=False)
+    try:
+        return checkpointer.restore_params(template)
+    finally:
+        checkpointer.close()
+
+
+def candidates(
+    config: Config,
     params: Any,
     bank: Bank,
-    cluster: Cluster,
+    index: int,
     key: jax.Array,
-    samples: int = 16,
+    samples: int = 0,
     temperature: float = 1.0,
     mode: str = "policy",
-) -> list[Placed]:
-    """Each graph of `bank` placed by its greedy episode and `samples` sampled ones (`mode`
-    "policy"), or by 1 + `samples` uniformly random episodes (`mode` "uniform", the control
-    without a policy); the best by exact simulation."""
-    out = []
-    for index, name in enumerate(bank.names):
-        began = time.perf_counter()
-        ids = jnp.asarray([index])
-        if mode == "uniform":
-            rows = device.episodes(learner, params, bank.arrays, bank.machine, ids, key,
-                                   "uniform", 1 + samples).device[0]  # fmt: skip
-        else:
-            greedy = device.episodes(learner, params, bank.arrays, bank.machine, ids, key,
-                                     "greedy", 1).device[0]  # fmt: skip
-            rows = greedy
-            if samples:
-                drawn = device.episodes(learner, params, bank.arrays, bank.machine, ids, key,
-                                        "sample", samples, temperature).device[0]  # fmt: skip
-                rows = jnp.concatenate([greedy, drawn])
-        runtime = scores(bank, cluster, ids, rows[None])[0]
-        best = int(np.argmin(runtime))
-        out.append(
-            Placed(name, bank.built[index].placement(np.asarray(rows[best])),
-                   float(runtime[best]), float(runtime[0]), int(runtime.size),
-                   time.perf_counter() - began)
-        )  # fmt: skip
-    return out
+) -> np.ndarray:
+    """[1 + samples, N] placements of graph `index` of `bank`: the greedy episode and `samples`
+    sampled ones at `temperature` (`mode` "policy"), or 1 + `samples` uniformly random episodes
+    (`mode` "uniform": the control without a policy)."""
+    learner, ids = learner_of(config), jnp.asarray([index])
+    arrays, machine = bank.arrays, bank.machine
+    if mode == "uniform":
+        rows = device.episodes(learner, params, arrays, machine, ids, key, "uniform",
+                               1 + samples).device[0]  # fmt: skip
+    else:
+        rows = device.episodes(learner, params, arrays, machine, ids, key, "greedy", 1).device[0]
+        if samples:
+            drawn = device.episodes(learner, params, arrays, machine, ids, key, "sample",
+                                    samples, temperature).device[0]  # fmt: skip
+            rows = jnp.concatenate([rows, drawn])
+    built = bank.built[index]
+    return np.stack([built.placement(r) for r in np.asarray(rows)])

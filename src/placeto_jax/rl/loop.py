@@ -181,6 +181,8 @@ def _train(
                 bar.update(last - first + 1)
                 if interrupted[0]:
                     raise TrainingInterrupted(workdir, last)
+        if total == 0 and lead and checkpointer.latest_step() is None:
+            checkpointer.save(0, state, provenance)  # the untrained policy, as a checkpoint
     finally:
         if log is not None:
             log.close()
