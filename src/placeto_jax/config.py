@@ -21,6 +21,8 @@ RewardGraph = Literal["grouped", "ops"]
 MessagePassing = Literal["radial", "sweep", "none"]
 Baseline = Literal["per-step", "none"]
 Agent = Literal["paper", "construct"]
+ConstructUpdate = Literal["self-imitation", "reinforce"]
+ConstructHint = Literal["none", "best"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +39,8 @@ class EnvConfig:
     memory_penalty_cap: float = 10.0  # seconds, the most the penalty adds
     memory_feature: bool = False  # add (param + output bytes) / max as a node feature
     mask_out_of_memory: bool = False  # forbid devices whose memory the node would overflow
+    construct_hint: ConstructHint = "none"  # construct agent: "best": each op observes the
+    #   device the best of its teachers gives it (a declared start, counted in evaluations)
     reward_graph: RewardGraph = "grouped"  # "ops": simulate the op graph, placement expanded
 
 
@@ -57,6 +61,9 @@ class TrainConfig:
 
     iterations: int = 200  # policy-gradient updates (0: the initial weights are the checkpoint)
     imitation: int = 0  # construct agent: updates imitating the best heuristic's placements first
+    construct_update: ConstructUpdate = "self-imitation"  # construct agent, after imitation:
+    #   imitate each graph's best placement found so far, or REINFORCE
+    temperature: float = 1.0  # construct agent: of the episodes sampled after imitation
     episodes: int = 64  # parallel episodes per update, spread evenly over its graphs
     graphs_per_update: int = 0  # graphs an update trains on (round-robin); 0: all of them
     learning_rate: float = 1e-3
@@ -139,6 +146,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train.graphs_per_update": 2,
         "train.learning_rate": 1e-3,
         "train.entropy": 1e-2,
+        "train.temperature": 0.3,
         "run.eval_every": 50,
         "run.checkpoint_every": 100,
         "run.group_target": 0,
@@ -253,6 +261,7 @@ def validate(config: Config) -> None:
         ("train.learning_rate", config.train.learning_rate <= 1, "must be <= 1"),
         ("train.final_learning_rate", config.train.final_learning_rate <= 1, "must be <= 1"),
         ("train.entropy", config.train.entropy >= 0, "must be >= 0"),
+        ("train.temperature", config.train.temperature > 0, "must be > 0"),
         ("train.final_entropy", config.train.final_entropy >= 0, "must be >= 0"),
         ("n_devices", config.n_devices >= 1, "must be >= 1"),
         ("env.passes", config.env.passes >= 1, "must be >= 1"),

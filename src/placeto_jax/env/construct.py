@@ -12,9 +12,10 @@ Observation at step t, per device d (`N_DYNAMIC` features, times divided by the 
 when op t's inputs would be on d, when d is free, the earliest start and finish on d (absolute
 and relative to the best device), the fraction of op t's input bytes already on d, the new
 transfer time placing it there would need, d's assigned busy time (absolute and against the
-mean), d's memory after placing op t over its capacity, whether d holds op t - 1, and d's
-relative speed. Devices whose memory bound would overflow are not allowed (all are, when none
-fits). A co-location class's later members follow their leader: no decision.
+mean), d's memory after placing op t over its capacity, whether d holds op t - 1, d's
+relative speed, and whether a declared start (the hint) puts op t on d. Devices whose memory
+bound would overflow are not allowed (all are, when none fits). A co-location class's later
+members follow their leader: no decision.
 
 An episode costs O(N (K + D)) for N ops of at most K parents on D devices; its placement is
 scored once by the exact simulator (`sim/`) outside this module.
@@ -32,7 +33,7 @@ import numpy as np
 from placeto_jax.cluster import Cluster
 from placeto_jax.env.construct_graph import ConstructGraph
 
-N_DYNAMIC = 13  # per-(op, device) features of the observation
+N_DYNAMIC = 14  # per-(op, device) features of the observation
 
 
 @jax.tree_util.register_dataclass
@@ -51,6 +52,7 @@ class GraphArrays:
     senders: jax.Array  # [G, Ep] int32
     receivers: jax.Array  # [G, Ep] int32
     edge_mask: jax.Array  # [G, Ep] bool
+    hint: jax.Array  # [G, Np] int32, -1 where none
     scale: jax.Array  # [G] µs
 
     @classmethod
@@ -177,6 +179,7 @@ def look(g: GraphArrays, m: Machine, s: Schedule, t: jax.Array) -> Look:
             ((devices == previous) & (t > 0)).astype(jnp.float32),
             m.speed / m.speed.max(),
             jnp.log1p((data_ready - data_ready.min()) / op_time),
+            (devices == g.hint[t]).astype(jnp.float32),
         ],
         axis=1,
     )

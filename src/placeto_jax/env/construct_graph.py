@@ -40,6 +40,7 @@ class ConstructGraph:
     senders: np.ndarray  # [Ep] int32 edge producers (positions)
     receivers: np.ndarray  # [Ep] int32 edge consumers (positions)
     edge_mask: np.ndarray  # [Ep] bool
+    hint: np.ndarray  # [Np] int32 a declared start's device per position, -1 where none
     scale: float  # µs: (sum of cost + delta1 per op) / D
 
     @property
@@ -89,9 +90,16 @@ def _in_degree(graph: Graph) -> np.ndarray:
     return np.bincount(graph.edges[:, 1], minlength=graph.n_ops)
 
 
-def build(name: str, graph: Graph, cluster: Cluster, pad: Padding | None = None) -> ConstructGraph:
+def build(
+    name: str,
+    graph: Graph,
+    cluster: Cluster,
+    pad: Padding | None = None,
+    hint: np.ndarray | None = None,
+) -> ConstructGraph:
     """`graph` as a `ConstructGraph` (module docstring), padded to `pad` (default: its own
-    `Padding.covering`)."""
+    `Padding.covering`); `hint` [N] a placement every op observes (devices renamed in order
+    of first use on a homogeneous cluster), or none."""
     n = graph.n_ops
     order = visiting_order(graph, cluster)
     position = np.empty(n, dtype=np.int64)
@@ -128,8 +136,33 @@ def build(name: str, graph: Graph, cluster: Cluster, pad: Padding | None = None)
         senders=senders,
         receivers=receivers,
         edge_mask=edge_mask,
+        hint=_hint(hint, order, n_pad, cluster),
         scale=max(scale, 1e-9),
     )
+
+
+def _hint(hint: np.ndarray | None, order: np.ndarray, n_pad: int, cluster: Cluster):
+    out = np.full(n_pad, -1, dtype=np.int32)
+    if hint is not None:
+        by_position = np.asarray(hint)[order]
+        out[: order.size] = first_use_labels(by_position) if homogeneous(cluster) else by_position
+    return out
+
+
+def homogeneous(cluster: Cluster) -> bool:
+    """Every device alike: renaming devices changes no makespan."""
+    return all(
+        len(set(a.tolist())) == 1
+        for a in (cluster.speed_array, cluster.memory_array, cluster.bandwidth_array)
+    )
+
+
+def first_use_labels(by_position: np.ndarray) -> np.ndarray:
+    """Devices renamed 0, 1, ... in order of first appearance along the positions."""
+    mapping, out = {}, np.empty_like(by_position)
+    for i, d in enumerate(by_position.tolist()):
+        out[i] = mapping.setdefault(d, len(mapping))
+    return out
 
 
 def _padded(values: np.ndarray, n_pad: int) -> np.ndarray:

@@ -27,9 +27,15 @@ from tqdm.auto import tqdm
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
 from placeto_jax.env.construct import GraphArrays, Machine
-from placeto_jax.env.construct_graph import ConstructGraph, Padding, build
+from placeto_jax.env.construct_graph import (
+    ConstructGraph,
+    Padding,
+    build,
+    first_use_labels,
+    homogeneous,
+)
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers import fastest_fitting, run_method
+from placeto_jax.placers import PlacerResult, fastest_fitting, run_method
 from placeto_jax.rl import construct as device
 from placeto_jax.rl.checkpoint import (
     Checkpointer,
@@ -54,6 +60,23 @@ class ConstructState:
     params: Any  # the policy's parameters
     opt_state: Any  # Adam's moments
     iteration: jax.Array  # [] int32 updates done (imitation and policy-gradient together)
+    elite: jax.Array  # [G, Np] int32 the best placement known per training graph, by position
+    elite_runtime: jax.Array  # [G] µs its penalised makespan (exact simulation)
+
+
+def _kept_best(state: ConstructState, ids, devices, runtime: np.ndarray) -> ConstructState:
+    """`state` with each graph's elite replaced by its best episode of `devices` [G, B, Np]
+    (`runtime` [G, B] µs) where that is faster."""
+    best = runtime.argmin(axis=1)
+    rows = np.arange(runtime.shape[0])
+    faster = runtime[rows, best] < np.asarray(state.elite_runtime)[np.asarray(ids)]
+    elite, elite_runtime = np.array(state.elite), np.array(state.elite_runtime)
+    chosen = np.asarray(devices)[rows, best]
+    for row, index in enumerate(np.asarray(ids).tolist()):
+        if faster[row]:
+            elite[index], elite_runtime[index] = chosen[row], runtime[row, best[row]]
+    return dataclasses.replace(state, elite=jnp.asarray(elite),
+                               elite_runtime=jnp.asarray(elite_runtime, jnp.float32))  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +90,15 @@ class Bank:
     machine: Machine
 
     @classmethod
-    def of(cls, named: list[tuple[str, Graph]], cluster: Cluster) -> Bank:
+    def of(
+        cls, named: list[tuple[str, Graph]], cluster: Cluster, hints: list | None = None
+    ) -> Bank:
+        """The op graphs `named`, with `hints` (one placement [N] per graph) observed."""
         pad = Padding.covering([g for _, g in named])
-        built = tuple(build(name, g, cluster, pad) for name, g in named)
+        hints = [None] * len(named) if hints is None else hints
+        built = tuple(
+            build(name, g, cluster, pad, h) for (name, g), h in zip(named, hints, strict=True)
+        )
         return cls(
             names=tuple(n for n, _ in named),
             graphs=tuple(g for _, g in named),
@@ -85,27 +114,27 @@ def learner_of(config: Config) -> device.Learner:
                                config.train.grad_clip)  # fmt: skip
 
 
-def initial_state(config: Config, bank: Bank) -> ConstructState:
-    """The state a run of `config` starts from: its untrained policy."""
+def initial_state(
+    config: Config, bank: Bank, elite: np.ndarray | None = None, runtime: np.ndarray | None = None
+) -> ConstructState:
+    """The state a run of `config` starts from: its untrained policy, and `elite` [G, Np]
+    with `runtime` [G] µs as each graph's best known placement (default: none known)."""
     learner = learner_of(config)
     params = learner.init(jax.random.key(config.seed), bank.arrays.at(0))
-    return ConstructState(params, learner.optimizer.init(params), jnp.zeros((), jnp.int32))
-
-
-def homogeneous(cluster: Cluster) -> bool:
-    """Every device alike: renaming devices changes no makespan."""
-    return all(
-        len(set(a.tolist())) == 1
-        for a in (cluster.speed_array, cluster.memory_array, cluster.bandwidth_array)
+    n_graphs, n_pad = bank.arrays.cost.shape
+    elite = np.zeros((n_graphs, n_pad), np.int32) if elite is None else elite
+    runtime = np.full(n_graphs, np.inf) if runtime is None else runtime
+    elite, runtime = jnp.asarray(elite, jnp.int32), jnp.asarray(runtime, jnp.float32)
+    return ConstructState(
+        params, learner.optimizer.init(params), jnp.zeros((), jnp.int32), elite, runtime
     )
 
 
-def first_use_labels(by_position: np.ndarray) -> np.ndarray:
-    """Devices renamed 0, 1, ... in order of first appearance along the positions."""
-    mapping, out = {}, np.empty_like(by_position)
-    for i, d in enumerate(by_position.tolist()):
-        out[i] = mapping.setdefault(d, len(mapping))
-    return out
+def best_teacher(graph: Graph, cluster: Cluster, key: jax.Array) -> list[PlacerResult]:
+    """Every method of `TEACHERS` on `graph`, the fastest (`fastest_fitting`) first."""
+    results = [run_method(m, graph, cluster, key) for m in TEACHERS]
+    best = fastest_fitting(results)
+    return [best, *(r for r in results if r is not best)]
 
 
 def teachers(bank: Bank, cluster: Cluster, key: jax.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -113,7 +142,7 @@ def teachers(bank: Bank, cluster: Cluster, key: jax.Array) -> tuple[np.ndarray, 
     (renamed in order of first use on a homogeneous cluster) and its makespan."""
     rows, makespans = [], []
     for built, graph in zip(bank.built, bank.graphs, strict=True):
-        best = fastest_fitting([run_method(m, graph, cluster, key) for m in TEACHERS])
+        best = best_teacher(graph, cluster, key)[0]
         row = built.by_position(best.placement)
         if homogeneous(cluster):
             row[: built.n_ops] = first_use_labels(row[: built.n_ops])
@@ -151,6 +180,9 @@ class Run:
     def make(cls, config: Config, named: list[tuple[str, Graph]], cluster: Cluster) -> Run:
         bank = Bank.of(named, cluster)
         rows, reference = teachers(bank, cluster, jax.random.key(config.seed))
+        if config.env.construct_hint == "best":
+            hints = [b.placement(r) for b, r in zip(bank.built, rows, strict=True)]
+            bank = Bank.of(named, cluster, hints)
         return cls(config, bank, cluster, learner_of(config), jnp.asarray(rows), reference)
 
     def update(self, state: ConstructState) -> tuple[ConstructState, dict[str, float]]:
@@ -171,17 +203,32 @@ class Run:
             record = {"train/imitation_loss": float(loss)}
         else:
             played = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
-                                     "sample", train.episodes)  # fmt: skip
+                                     "sample", train.episodes, train.temperature)  # fmt: skip
             runtime = scores(self.bank, self.cluster, ids, played.device)
-            mean = runtime.mean(axis=1, keepdims=True)
-            advantage = jnp.asarray((mean - runtime) / mean, jnp.float32)
-            params, opt_state, loss = device.policy_gradient_update(
-                self.learner, state.params, state.opt_state, arrays, ids, played, advantage,
-                train.entropy, 1.0,
-            )  # fmt: skip
             vs_teacher = runtime / self.reference[np.asarray(ids)][:, None]
-            record = {"train/loss": float(loss), "train/final_runtime": float(vs_teacher.mean())}
-        return ConstructState(params, opt_state, state.iteration + 1), record
+            record = {"train/final_runtime": float(vs_teacher.mean())}
+            if train.construct_update == "reinforce":
+                mean = runtime.mean(axis=1, keepdims=True)
+                advantage = jnp.asarray((mean - runtime) / mean, jnp.float32)
+                params, opt_state, loss = device.policy_gradient_update(
+                    self.learner, state.params, state.opt_state, arrays, ids, played,
+                    advantage, train.entropy, train.temperature,
+                )  # fmt: skip
+                record["train/loss"] = float(loss)
+                return dataclasses.replace(state, params=params, opt_state=opt_state,
+                                           iteration=state.iteration + 1), record  # fmt: skip
+            state = _kept_best(state, ids, played.device, runtime)
+            forced = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
+                                     "teacher", 1, teacher=state.elite[ids])  # fmt: skip
+            params, opt_state, loss = device.imitation_update(
+                self.learner, state.params, state.opt_state, arrays, ids, forced
+            )
+            record["train/imitation_loss"] = float(loss)
+            record["train/best_runtime"] = float(
+                (np.asarray(state.elite_runtime) / self.reference).mean()
+            )
+        return dataclasses.replace(state, params=params, opt_state=opt_state,
+                                   iteration=state.iteration + 1), record  # fmt: skip
 
     def greedy_ratios(self, params: Any) -> np.ndarray:
         """[G] each training graph's greedy episode over its teacher's makespan."""
@@ -212,7 +259,7 @@ def train_in(
     with workdir_lock(workdir):
         write_run(workdir, config, list(run.bank.names), provenance.graphs)
         checkpointer = Checkpointer(workdir)
-        fresh = initial_state(config, run.bank)
+        fresh = initial_state(config, run.bank, np.asarray(run.teacher), run.reference)
         state = checkpointer.restore_state(fresh, provenance) or fresh
         start = int(state.iteration)
         log = MetricsLog(workdir, start)
@@ -252,6 +299,17 @@ def restore_params(checkpoint: str | os.PathLike, config: Config) -> Any:
         return checkpointer.restore_params(template)
     finally:
         checkpointer.close()
+
+
+def placing_bank(
+    config: Config, name: str, graph: Graph, cluster: Cluster, key: jax.Array
+) -> tuple[Bank, list[PlacerResult]]:
+    """One op graph ready for the episodes of a policy of `config`, and the heuristics run for
+    its hint (`env.construct_hint` "best": `TEACHERS`, the fastest first; else none)."""
+    if config.env.construct_hint != "best":
+        return Bank.of([(name, graph)], cluster), []
+    results = best_teacher(graph, cluster, key)
+    return Bank.of([(name, graph)], cluster, [results[0].placement]), results
 
 
 def candidates(
