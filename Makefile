@@ -34,8 +34,9 @@ bench: install  ## simulator vs the Python reference: real graphs first (results
 	cd experiments && ../$(PY) bench_wide.py --memory
 	$(PY) experiments/bench_simulator.py
 
-bench-train: install  ## trainer throughput; writes results/bench/training.json
+bench-train: install  ## trainer throughput of both agents; writes results/bench/training.json and training-construct.json
 	cd experiments && ../$(PY) bench_training.py
+	cd experiments && ../$(PY) bench_training.py --agent construct --nodes 100 300 1000 --batch 64 --out ../results/bench/training-construct.json
 
 bench-gpu: install  ## on the accelerator: the simulator on real graphs, then synthetic ones, and the trainer (CPU: small sizes); writes results/bench/gpu.json
 	$(PY) experiments/bench_gpu.py

@@ -250,3 +250,23 @@ def test_the_pipeline_places_with_a_construct_policy_alike_alone_and_among_other
     assert alone.result.makespan == pytest.approx(float(simulated.makespan), rel=1e-12)
     with pytest.raises(ValueError, match="construct agent"):
         pj.place(graph, CLUSTER, make_pipeline("search"), policy)
+
+
+def test_a_hinted_policy_observes_the_best_teacher_and_counts_its_simulations(tmp_path):
+    config = apply(_config(imitation=2), {"env.construct_hint": "best"})
+    graph = _two_chains()
+    run = loop.Run.make(config, [("g", graph)], CLUSTER)
+    built = run.bank.built[0]
+    np.testing.assert_array_equal(built.hint[:6], np.asarray(run.teacher)[0, :6])
+    assert sorted(set(built.hint[:6].tolist())) == [0, 1]  # the chains apart
+    s = env.Schedule.empty(built.cost.size, 2)
+    g = run.bank.arrays.at(0)
+    seen = env.look(g, run.bank.machine, s, jnp.asarray(0))
+    np.testing.assert_array_equal(np.asarray(seen.features)[:, 13], np.eye(2)[built.hint[0]])
+    loop.train_in(config, [("g", graph)], CLUSTER, tmp_path, progress=False)
+    placed = pj.place(graph, CLUSTER, make_pipeline("policy"), pj.Policy.load(str(tmp_path)))
+    heuristics, episodes = placed.stages
+    assert heuristics.name == "heuristics" and episodes.name == "episodes"
+    ran = loop.best_teacher(graph, CLUSTER, jax.random.key(0))
+    assert heuristics.evaluations == sum(r.evaluations + 1 for r in ran)
+    assert heuristics.makespan == pytest.approx(ran[0].makespan)
