@@ -270,3 +270,15 @@ def test_a_hinted_policy_observes_the_best_teacher_and_counts_its_simulations(tm
     ran = loop.best_teacher(graph, CLUSTER, jax.random.key(0))
     assert heuristics.evaluations == sum(r.evaluations + 1 for r in ran)
     assert heuristics.makespan == pytest.approx(ran[0].makespan)
+
+
+def test_self_imitation_keeps_a_graphs_best_placement_only_when_faster():
+    state = loop.ConstructState(
+        params={}, opt_state=(), iteration=jnp.zeros((), jnp.int32),
+        elite=jnp.zeros((2, 3), jnp.int32), elite_runtime=jnp.asarray([10.0, 10.0]),
+    )  # fmt: skip
+    devices = np.array([[[1, 1, 1], [2, 2, 2]], [[3, 3, 3], [0, 1, 0]]])  # [G=2, B=2, Np=3]
+    runtime = np.array([[12.0, 9.0], [11.0, 10.5]])  # graph 1 drawn first, then graph 0
+    kept = loop._kept_best(state, np.array([1, 0]), devices, runtime)
+    np.testing.assert_array_equal(kept.elite, [[0, 0, 0], [2, 2, 2]])
+    np.testing.assert_allclose(kept.elite_runtime, [10.0, 9.0])

@@ -21,7 +21,6 @@ RewardGraph = Literal["grouped", "ops"]
 MessagePassing = Literal["radial", "sweep", "none"]
 Baseline = Literal["per-step", "none"]
 Agent = Literal["paper", "construct"]
-ConstructUpdate = Literal["self-imitation", "reinforce"]
 ConstructHint = Literal["none", "best"]
 
 
@@ -61,9 +60,8 @@ class TrainConfig:
 
     iterations: int = 200  # policy-gradient updates (0: the initial weights are the checkpoint)
     imitation: int = 0  # construct agent: updates imitating the best heuristic's placements first
-    construct_update: ConstructUpdate = "self-imitation"  # construct agent, after imitation:
-    #   imitate each graph's best placement found so far, or REINFORCE
-    temperature: float = 1.0  # construct agent: of the episodes sampled after imitation
+    temperature: float = 1.0  # construct agent: of the episodes sampled by the `iterations`
+    #   self-imitation updates (each graph's best placement so far imitated)
     episodes: int = 64  # parallel episodes per update, spread evenly over its graphs
     graphs_per_update: int = 0  # graphs an update trains on (round-robin); 0: all of them
     learning_rate: float = 1e-3

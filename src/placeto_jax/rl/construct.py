@@ -1,5 +1,5 @@
-"""Device side of the constructive policy's training: episodes batched over graphs and
-episodes, the imitation and policy-gradient losses, and one optimizer update of each.
+"""Device side of the construct agent's training: episodes batched over graphs and episodes,
+the imitation loss and one optimizer update on it.
 
 An episode's log-probabilities are recomputed in the loss from the features its rollout
 recorded (they do not depend on the parameters), with the graph embedding computed once per
@@ -99,16 +99,13 @@ def episodes(
     return jax.vmap(on_graph)(graph_ids, graph_keys, forced)
 
 
-def log_probs(
-    learner: Learner, params: Any, bank: GraphArrays, graph_ids, trajectory, temperature=1.0
-):
-    """[G, B, Np, D] log-probabilities of every device at every recorded step, of the policy
-    at `temperature`."""
+def log_probs(learner: Learner, params: Any, bank: GraphArrays, graph_ids, trajectory):
+    """[G, B, Np, D] log-probabilities of every device at every recorded step."""
 
     def on_graph(index, features, allowed):
         embedding = learner.embed(params, bank.at(index))  # [Np, W]
         logits = learner.logits(params, embedding[None], features, allowed)
-        return jax.nn.log_softmax(logits / temperature, axis=-1)
+        return jax.nn.log_softmax(logits, axis=-1)
 
     return jax.vmap(on_graph)(graph_ids, trajectory.features, trajectory.allowed)
 
@@ -121,40 +118,11 @@ def imitation_loss(learner, params, bank, graph_ids, trajectory) -> jax.Array:
     return -(taken * weight).sum() / jnp.maximum(weight.sum(), 1.0)
 
 
-def policy_gradient_loss(
-    learner, params, bank, graph_ids, trajectory, advantage, entropy, temperature
-):
-    """REINFORCE over whole episodes drawn at `temperature`: -advantage [G, B] x mean log pi
-    of the episode's decisions, minus `entropy` x the mean entropy over decisions."""
-    logp = log_probs(learner, params, bank, graph_ids, trajectory, temperature)
-    taken = jnp.take_along_axis(logp, trajectory.device[..., None], axis=-1)[..., 0]
-    weight = trajectory.decision.astype(logp.dtype)
-    per_episode = (taken * weight).sum(-1) / jnp.maximum(weight.sum(-1), 1.0)
-    probs = jnp.exp(logp)
-    ent = -(jnp.where(trajectory.allowed, probs * logp, 0.0)).sum(-1)
-    mean_entropy = (ent * weight).sum() / jnp.maximum(weight.sum(), 1.0)
-    return -(advantage * per_episode).mean() - entropy * mean_entropy
-
-
 @functools.partial(jax.jit, static_argnames=("learner",))
 def imitation_update(learner, params, opt_state, bank, graph_ids, trajectory):
     """One optimizer step on `imitation_loss`: (params, opt_state, loss)."""
     loss, grads = jax.value_and_grad(
         lambda p: imitation_loss(learner, p, bank, graph_ids, trajectory)
-    )(params)
-    updates, opt_state = learner.optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
-
-
-@functools.partial(jax.jit, static_argnames=("learner",))
-def policy_gradient_update(
-    learner, params, opt_state, bank, graph_ids, trajectory, advantage, entropy, temperature
-):
-    """One optimizer step on `policy_gradient_loss`: (params, opt_state, loss)."""
-    loss, grads = jax.value_and_grad(
-        lambda p: policy_gradient_loss(
-            learner, p, bank, graph_ids, trajectory, advantage, entropy, temperature
-        )
     )(params)
     updates, opt_state = learner.optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss

@@ -5,10 +5,11 @@ directory (checkpoints, metrics, resume) and placing.
 Training: `train.imitation` updates imitate each training graph's teacher (the best of
 `TEACHERS` on its op graph, devices renamed in order of first use on a homogeneous cluster, so
 that the labels are ones a device-equivariant policy can produce), then `train.iterations`
-REINFORCE updates on `train.episodes` sampled episodes per graph, each scored by one exact
-simulation of its op graph (penalised makespan), advantage = (mean of the graph's batch - own)
-/ mean. Update u draws its graphs and episodes from the run key folded with u, so a resumed
-run is the uninterrupted one. Placing: the greedy episode and `samples` sampled ones, the best
+self-imitation updates: `train.episodes` episodes per graph sampled at `train.temperature`,
+each scored by one exact simulation of its op graph (penalised makespan); each graph's best
+placement known so far (the teacher's to start with, kept in the checkpoint) is imitated.
+Update u draws its graphs and episodes from the run key folded with u, so a resumed run is the
+uninterrupted one. Placing: the greedy episode and `samples` sampled ones, the best
 by exact simulation; each episode is one evaluation.
 """
 
@@ -186,7 +187,9 @@ class Run:
         return cls(config, bank, cluster, learner_of(config), jnp.asarray(rows), reference)
 
     def update(self, state: ConstructState) -> tuple[ConstructState, dict[str, float]]:
-        """Update number `state.iteration` (imitation first, then policy gradient)."""
+        """Update number `state.iteration`: imitate each drawn graph's teacher (the first
+        `train.imitation` updates), or its best placement known so far after sampling
+        `train.episodes` episodes of the policy on it (self-imitation)."""
         config, train = self.config, self.config.train
         step = int(state.iteration)
         draw, roll = jax.random.split(jax.random.fold_in(jax.random.key(config.seed), step))
@@ -194,39 +197,25 @@ class Run:
         per_update = min(train.graphs_per_update or n_graphs, n_graphs)
         ids = jax.random.permutation(draw, n_graphs)[:per_update]
         arrays, machine = self.bank.arrays, self.bank.machine
-        if step < train.imitation:
-            forced = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
-                                     "teacher", 1, teacher=self.teacher[ids])  # fmt: skip
-            params, opt_state, loss = device.imitation_update(
-                self.learner, state.params, state.opt_state, arrays, ids, forced
-            )
-            record = {"train/imitation_loss": float(loss)}
-        else:
+        record, target = {}, self.teacher[ids]
+        if step >= train.imitation:
             played = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
                                      "sample", train.episodes, train.temperature)  # fmt: skip
             runtime = scores(self.bank, self.cluster, ids, played.device)
-            vs_teacher = runtime / self.reference[np.asarray(ids)][:, None]
-            record = {"train/final_runtime": float(vs_teacher.mean())}
-            if train.construct_update == "reinforce":
-                mean = runtime.mean(axis=1, keepdims=True)
-                advantage = jnp.asarray((mean - runtime) / mean, jnp.float32)
-                params, opt_state, loss = device.policy_gradient_update(
-                    self.learner, state.params, state.opt_state, arrays, ids, played,
-                    advantage, train.entropy, train.temperature,
-                )  # fmt: skip
-                record["train/loss"] = float(loss)
-                return dataclasses.replace(state, params=params, opt_state=opt_state,
-                                           iteration=state.iteration + 1), record  # fmt: skip
             state = _kept_best(state, ids, played.device, runtime)
-            forced = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
-                                     "teacher", 1, teacher=state.elite[ids])  # fmt: skip
-            params, opt_state, loss = device.imitation_update(
-                self.learner, state.params, state.opt_state, arrays, ids, forced
+            target = state.elite[ids]
+            record["train/final_runtime"] = float(
+                (runtime / self.reference[np.asarray(ids)][:, None]).mean()
             )
-            record["train/imitation_loss"] = float(loss)
             record["train/best_runtime"] = float(
                 (np.asarray(state.elite_runtime) / self.reference).mean()
             )
+        forced = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
+                                 "teacher", 1, teacher=target)  # fmt: skip
+        params, opt_state, loss = device.imitation_update(
+            self.learner, state.params, state.opt_state, arrays, ids, forced
+        )
+        record["train/imitation_loss"] = float(loss)
         return dataclasses.replace(state, params=params, opt_state=opt_state,
                                    iteration=state.iteration + 1), record  # fmt: skip
 
