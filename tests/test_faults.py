@@ -5,6 +5,7 @@ never in a silent wrong result."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,7 +22,7 @@ import numpy as np
 import pytest
 
 import placeto_jax as pj
-from placeto_jax.cli import main
+from placeto_jax.cli import _swallowed_ctrl_c_sent_again, main
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
 from placeto_jax.rl.loop import TrainingInterrupted, read_metrics, train_and_evaluate
@@ -426,6 +428,52 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path):
     assert status == 130, err[-2000:]
     assert err.strip().splitlines()[-1].startswith("placeto-jax: interrupted")
     assert "Traceback" not in err
+
+
+def test_ctrl_c_while_starting_up_exits_130_with_one_line():
+    # Sent as jaxlib loads: a KeyboardInterrupt there crashed the process (SIGSEGV), printed a
+    # traceback, or was swallowed by JAX's garbage collection callback (exit 0).
+    proc = subprocess.Popen(
+        [CLI, "simulate", "zoo:resnet50", "--devices", "2", "--placer", "round-robin"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.time() + 60
+    while "/jaxlib/" not in maps.read_text():
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.splitlines() == ["placeto-jax: interrupted while starting up"]
+
+
+class _Finalised:
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)  # raised in __del__: swallowed there
+
+
+def _gc_callback(phase, info):
+    if phase == "start":  # not at "stop" too: one Ctrl-C
+        signal.raise_signal(signal.SIGINT)  # raised in the callback: swallowed there
+
+
+@pytest.mark.parametrize("where", ["gc callback", "finaliser", "weakref callback"])
+def test_a_ctrl_c_that_python_swallows_is_sent_again(where):
+    with pytest.raises(KeyboardInterrupt), _swallowed_ctrl_c_sent_again():
+        if where == "gc callback":
+            gc.callbacks.append(_gc_callback)
+            try:
+                gc.collect()
+            finally:
+                gc.callbacks.remove(_gc_callback)
+        elif where == "finaliser":
+            _Finalised()
+        else:
+            referent = {"a set"}
+            ref = weakref.ref(referent, lambda ref: signal.raise_signal(signal.SIGINT))
+            del referent  # the callback runs here
+            assert ref() is None
+        time.sleep(10)  # the interrupt, sent again, ends the sleep
 
 
 # ---------------------------------------------------------------------- 7. the Python API
