@@ -147,6 +147,7 @@ def _train(
     checkpointer = Checkpointer(workdir)
     fresh = run.init(jax.random.key(config.seed), env_params)
     state = checkpointer.restore_state(fresh, provenance) or fresh
+    checkpointer.check_room(state)  # before any update, not at the first save
     start = int(local_copy(state.iteration))
     skipped_before = int(local_copy(state.skipped))
     log = MetricsLog(workdir, start) if lead else None
@@ -182,8 +183,8 @@ def _train(
                 if interrupted[0]:
                     raise TrainingInterrupted(workdir, last)
     finally:
-        if log is not None:
-            log.close()
+        if log is not None:  # a failed run's curve is not drawn: its error is the report
+            log.close(draw=sys.exc_info()[0] in (None, TrainingInterrupted))
         checkpointer.close()
     check_learned(int(local_copy(state.iteration)) - start,
                   int(local_copy(state.skipped)) - skipped_before)  # fmt: skip
@@ -273,13 +274,15 @@ class MetricsLog:
         for key, value in record.items():
             self._tb.add_scalar(key, value, iteration)
 
-    def close(self) -> None:
-        """Close the files and draw the learning curve beside them (learning_curve.png)."""
+    def close(self, draw: bool) -> None:
+        """Close the files and, with `draw`, draw the learning curve beside them
+        (learning_curve.png)."""
         from placeto_jax.plotting import plot_training  # matplotlib, only when a run logs
 
         self._file.close()
         self._tb.close()
-        plot_training(self._records(), self.path.with_name("learning_curve.png"))
+        if draw:
+            plot_training(self._records(), self.path.with_name("learning_curve.png"))
 
 
 def _summary_writer(directory: Path, purge_step: int):
