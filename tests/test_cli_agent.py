@@ -346,6 +346,10 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
             "unknown placement method 'magic'",
         ),
         (
+            ["place", "example:diamond", "--method", "expert", "--devices", "2"],
+            "expert: no naming rules know this graph",
+        ),
+        (
             [
                 "train",
                 "--graphs",
