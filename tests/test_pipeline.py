@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 
 import placeto_jax as pj
+from placeto_jax import pipeline as pipeline_module
 from placeto_jax.config import Config, PolicyConfig, make_pipeline
 from placeto_jax.env.bank import build_bank, prepare
 from placeto_jax.graphs import generators
@@ -60,6 +63,19 @@ def test_named_pipelines_take_overrides_and_name_what_is_wrong():
     ):
         with pytest.raises(ValueError, match=message):
             make_pipeline(name, overrides)
+
+
+def test_heuristics_already_run_are_taken_as_they_are(monkeypatch):
+    # A caller that ran the fast heuristics passes them: they are not run again, and the
+    # placement is the one they give (the last heuristic made the fastest: it is chosen).
+    graph = _graph()
+    results = fast_heuristics(graph, CLUSTER, jax.random.key(0))
+    results[-1] = dataclasses.replace(results[-1], makespan=1.0, fits_memory=True)
+    monkeypatch.setattr(pipeline_module, "fast_heuristics", lambda *_: pytest.fail("ran again"))
+    (placed,) = pj.place_many([("g", graph)], CLUSTER, pj.PIPELINES["heuristics"],
+                              heuristics=[results])  # fmt: skip
+    np.testing.assert_array_equal(placed.result.placement, results[-1].placement)
+    assert placed.stages[0].evaluations == sum(r.evaluations + 1 for r in results)
 
 
 def test_stages_run_in_order_and_count_their_simulations():

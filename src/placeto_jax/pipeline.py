@@ -175,14 +175,17 @@ def place_many(
     key: jax.Array | None = None,
     *,
     compare: bool = True,
+    heuristics: list[list[PlacerResult]] | None = None,
     progress: bool = False,
 ) -> list[Placed]:
     """Place each named op graph of `graphs` on `cluster` with `pipeline`'s stages, the policy's
     episodes of all graphs in one bank (one compiled program). `key` (default: key 0) draws the
     sampled episodes and the heuristics that need one; `compare`: run the fast heuristics on
-    each op graph to report the best (`Placed.best_heuristic`); `progress`: bars over the
-    heuristics and the search stages. ValueError before any work when a stage needs a policy
-    and none is given, or the policy places for another device count."""
+    each op graph to report the best (`Placed.best_heuristic`); `heuristics`: per graph, their
+    results when already run (`fast_heuristics` with `key`; their stage then logs no wall
+    time); `progress`: bars over the heuristics and the search stages. ValueError before any
+    work when a stage needs a policy and none is given, or the policy places for another
+    device count."""
     pipeline = Pipeline() if pipeline is None else pipeline
     check(pipeline, policy, cluster)
     for name, graph in graphs:
@@ -193,9 +196,8 @@ def place_many(
         compare or pipeline.source == "heuristics" or pipeline.start == "best-op"
         or pipeline.second_start
     )  # fmt: skip
-    heuristics: list[list[PlacerResult]] | None = None
     heuristics_s = 0.0
-    if need_heuristics:
+    if need_heuristics and heuristics is None:
         began = time.perf_counter()
         bar = tqdm(named, desc="heuristics", unit="graph", disable=not progress)
         heuristics = [fast_heuristics(g, cluster, key) for _, g in bar]
