@@ -428,7 +428,7 @@ class Trainer:
             "train/final_runtime": rollout.final_runtime.mean(),
             "train/best_runtime": rollout.best_runtime.mean(),
             "train/final_makespan_us": rollout.final_makespan.mean(),
-            "train/improvement": (rollout.initial_runtime - rollout.final_runtime).mean(),
+            "train/improvement_vs_start": (rollout.initial_runtime - rollout.final_runtime).mean(),
             "train/skipped_updates": new_state.skipped,
         }
         return new_state, metrics
