@@ -217,12 +217,11 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     plain = json.loads(capsys.readouterr().out)
     assert main([*argv, "--set", "pipeline.search_ops=2"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["polish_steps"] == 2 * 24 + 1  # every op twice, and the initial simulation
+    assert doc["polish_steps"] == 2 * 24  # every op twice, one simulation each
     # every simulation counts, in one field: the episode's 24 steps and its exact ranking, then
-    # the search's 49 and the exact ranking of its start and result (1 or 2 distinct)
-    ranked = 2 if doc["placement"] != plain["placement"] else 1
+    # the search's 48 (it starts from the ranking's simulation of its start)
     assert plain["evaluations"] == 24 + plain["ranked_evaluations"]
-    assert doc["evaluations"] == plain["evaluations"] + 2 * 24 + 1 + ranked
+    assert doc["evaluations"] == plain["evaluations"] + 2 * 24
     assert doc["evaluations"] == sum(s["evaluations"] for s in doc["stages"])
     assert doc["makespan_us"] <= plain["makespan_us"]
     assert doc["initial_makespan_us"] == pytest.approx(plain["initial_makespan_us"])
@@ -231,7 +230,7 @@ def test_place_polishes_on_the_op_graph_and_counts_its_steps(run_dir, capsys):
     # Ranked proposals on 2 devices: the one other device on every pass, as without.
     assert main([*argv, "--set", "pipeline.search_ops=2", "--set", "pipeline.proposer=ranked"]) == 0
     ranked = json.loads(capsys.readouterr().out)
-    assert ranked["placement"] == doc["placement"] and ranked["polish_steps"] == 2 * 24 + 1
+    assert ranked["placement"] == doc["placement"] and ranked["polish_steps"] == 2 * 24
 
 
 def test_place_squeezes_only_a_placement_that_overflows(run_dir, capsys, tmp_path):
@@ -295,17 +294,17 @@ def test_place_method_squeezes_when_it_overflows(capsys, tmp_path):
 
 
 def test_place_polishes_groups_before_ops(run_dir, capsys):
-    # At most 4 groups of the 24 ops: two passes over the groups (one simulation each, and the
-    # initial one), then two over the ops; the counts add up.
+    # At most 4 groups of the 24 ops: two passes over the groups (one simulation each), then
+    # two over the ops; the counts add up.
     argv = ["place", "layered:24", "--checkpoint", str(run_dir), "--json"]
     argv += ["--set", "pipeline.group_targets=4"]
     assert main([*argv, "--set", "pipeline.search_groups=2"]) == 0
     groups = json.loads(capsys.readouterr().out)
-    assert groups["nodes"] <= 4 and groups["polish_steps"] == 2 * groups["decisions"] + 1
+    assert groups["nodes"] <= 4 and groups["polish_steps"] == 2 * groups["decisions"]
     assert groups["makespan_us"] <= groups["initial_makespan_us"]
     assert main([*argv, "--set", "pipeline.search_groups=2", "--set", "pipeline.search_ops=2"]) == 0
     both = json.loads(capsys.readouterr().out)
-    assert both["polish_steps"] == groups["polish_steps"] + 2 * 24 + 1
+    assert both["polish_steps"] == groups["polish_steps"] + 2 * 24
     assert both["makespan_us"] <= groups["makespan_us"]
     simulated = _simulated("layered:24", "placeto-k80", 2, both["placement"])
     assert both["makespan_us"] == pytest.approx(float(simulated.makespan))
@@ -345,6 +344,10 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         (
             ["place", "example:diamond", "--method", "magic", "--devices", "2"],
             "unknown placement method 'magic'",
+        ),
+        (
+            ["place", "example:diamond", "--method", "expert", "--devices", "2"],
+            "expert: no naming rules know this graph",
         ),
         (
             [

@@ -5,6 +5,7 @@ never in a silent wrong result."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,7 +22,7 @@ import numpy as np
 import pytest
 
 import placeto_jax as pj
-from placeto_jax.cli import main
+from placeto_jax.cli import _swallowed_ctrl_c_sent_again, main
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
 from placeto_jax.rl.loop import TrainingInterrupted, read_metrics, train_and_evaluate
@@ -315,26 +317,63 @@ def test_a_workdir_that_cannot_be_created_is_one_line(tmp_path, capsys):
     assert str(blocker / "run") in err
 
 
-FULL_DISK = """
-import resource, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG
-resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
-from placeto_jax.cli import main
-sys.exit(main(sys.argv[1:]))
+LIMITED = """
+import os, resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
-@pytest.mark.slow  # a subprocess whose files may not grow: the free-space test above is faster
-def test_a_disk_that_fills_during_a_save_is_one_line(tmp_path):
-    # Files may not grow past 8 kB: run.json and the metrics fit, the checkpoint does not.
-    argv = [sys.executable, "-c", FULL_DISK, "train", "--graphs", "example:diamond",
-            "--workdir", str(tmp_path / "run"), *TINY]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+def _limited(size: int, *argv: str) -> subprocess.CompletedProcess:
+    """`placeto-jax ARGV` run with files that may not grow past `size` bytes (`ulimit -f`; Python
+    ignores SIGXFSZ, so a write past it fails with EFBIG). A `preexec_fn` would run Python in a
+    child forked from this multithreaded (JAX) process."""
+    return subprocess.run([sys.executable, "-c", LIMITED, str(size), CLI, *argv],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["graphs", "export", "layered:200"],
+     ["place", "layered:200", "--devices", "2", "--method", "round-robin"]],
+)  # fmt: skip
+def test_an_output_past_the_file_size_limit_is_one_line_naming_it(tmp_path, argv):
+    out = tmp_path / "out.json"  # 8,878 and 2,779 bytes; files may not grow past 2,048
+    done = _limited(2048, *argv, "-o", str(out))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [f"placeto-jax: error: [Errno 27] File too large: '{out}'"]
+    assert not list(tmp_path.iterdir())  # neither the file nor its temporary file
+
+
+@pytest.mark.slow  # a subprocess that builds the trainer before it refuses
+def test_a_checkpoint_past_the_file_size_limit_is_refused_before_any_update(tmp_path):
+    # Files may not grow past 8 kB: run.json fits, the checkpoint's data file would not.
+    workdir = tmp_path / "run"
+    done = _limited(8192, "train", "--graphs", "example:diamond", "--workdir", str(workdir), *TINY)
     assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
+    lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr[-3000:]
-    assert lines[0].startswith("placeto-jax: error: cannot save checkpoint 2 in")
-    assert "File too large" in lines[0] or "Failed writing" in lines[0]
+    assert re.fullmatch(
+        r"placeto-jax: error: cannot save checkpoints in .*/run/checkpoints: files may not grow "
+        r"past 8,192 bytes \(ulimit -f\), and a checkpoint's data file takes about [\d,]+ bytes",
+        lines[0],
+    )
+    assert sorted(p.name for p in workdir.iterdir()) == ["checkpoints", "run.json"]
+
+
+def test_a_failed_save_mid_run_is_the_one_line_and_draws_no_curve(tmp_path, capsys, monkeypatch):
+    from placeto_jax.rl import checkpoint
+
+    def disk_full(self, step, state, provenance):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "_save", disk_full)
+    assert _train(tmp_path / "run") == 2
+    assert _error(capsys) == (
+        f"placeto-jax: error: cannot save checkpoint 2 in {tmp_path / 'run' / 'checkpoints'}: "
+        "OSError: [Errno 28] No space left on device"
+    )
+    assert not (tmp_path / "run" / "learning_curve.png").exists()  # it would hide the error
 
 
 class _State(NamedTuple):  # a pytree with the `params` a checkpoint saves beside the state
@@ -351,6 +390,22 @@ def test_too_little_free_space_is_refused_before_writing(tmp_path, monkeypatch):
     with pytest.raises(OSError, match=r"cannot save checkpoint 2 in .*: 0\.0 MB free, about"):
         saver.save(2, state, checkpoint.Provenance("config", ()))
     saver.close()
+    assert not list((tmp_path / "run" / "checkpoints").iterdir())
+
+
+def test_a_file_size_limit_below_a_checkpoint_is_refused_before_writing(tmp_path, monkeypatch):
+    from placeto_jax.rl import checkpoint
+
+    monkeypatch.setattr(checkpoint.resource, "getrlimit", lambda which: (8192, 8192))
+    state = _State(params={"w": np.zeros((256, 256), np.float32)})  # 262,144 bytes
+    saver = checkpoint.Checkpointer(tmp_path / "run")
+    with pytest.raises(OSError) as refused:
+        saver.save(2, state, checkpoint.Provenance("config", ()))
+    saver.close()
+    assert str(refused.value) == (
+        f"cannot save checkpoint 2 in {tmp_path / 'run' / 'checkpoints'}: files may not grow "
+        "past 8,192 bytes (ulimit -f), and a checkpoint's data file takes about 262,144 bytes"
+    )
     assert not list((tmp_path / "run" / "checkpoints").iterdir())
 
 
@@ -426,6 +481,52 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path):
     assert status == 130, err[-2000:]
     assert err.strip().splitlines()[-1].startswith("placeto-jax: interrupted")
     assert "Traceback" not in err
+
+
+def test_ctrl_c_while_starting_up_exits_130_with_one_line():
+    # Sent as jaxlib loads: a KeyboardInterrupt there crashed the process (SIGSEGV), printed a
+    # traceback, or was swallowed by JAX's garbage collection callback (exit 0).
+    proc = subprocess.Popen(
+        [CLI, "simulate", "zoo:resnet50", "--devices", "2", "--placer", "round-robin"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.time() + 60
+    while "/jaxlib/" not in maps.read_text():
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.splitlines() == ["placeto-jax: interrupted while starting up"]
+
+
+class _Finalised:
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)  # raised in __del__: swallowed there
+
+
+def _gc_callback(phase, info):
+    if phase == "start":  # not at "stop" too: one Ctrl-C
+        signal.raise_signal(signal.SIGINT)  # raised in the callback: swallowed there
+
+
+@pytest.mark.parametrize("where", ["gc callback", "finaliser", "weakref callback"])
+def test_a_ctrl_c_that_python_swallows_is_sent_again(where):
+    with pytest.raises(KeyboardInterrupt), _swallowed_ctrl_c_sent_again():
+        if where == "gc callback":
+            gc.callbacks.append(_gc_callback)
+            try:
+                gc.collect()
+            finally:
+                gc.callbacks.remove(_gc_callback)
+        elif where == "finaliser":
+            _Finalised()
+        else:
+            referent = {"a set"}
+            ref = weakref.ref(referent, lambda ref: signal.raise_signal(signal.SIGINT))
+            del referent  # the callback runs here
+            assert ref() is None
+        time.sleep(10)  # the interrupt, sent again, ends the sleep
 
 
 # ---------------------------------------------------------------------- 7. the Python API

@@ -28,7 +28,7 @@ def modules(package: str) -> list[Path]:
 @pytest.mark.parametrize(
     ("package", "allowed"),
     [
-        ("placers", ("placers", "graphs", "sim", "cluster")),
+        ("placers", ("placers", "graphs", "sim", "cluster", "precision")),
         ("sim", ("sim", "graphs", "cluster", "precision")),
     ],
 )

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from placeto_jax import Graph
+from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
 from placeto_jax.rl.checkpoint import Checkpointer, Provenance, config_digest, load_run
@@ -107,6 +107,21 @@ def test_every_update_is_logged_once_with_its_own_metrics(finished):
     assert [r["iteration"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert len({r["train/loss"] for r in records}) == 6  # one row per update, not per chunk
     assert [i for i, r in enumerate(records, 1) if "eval/best_runtime" in r] == [3, 6]
+
+
+def test_logged_scalars_say_what_they_are_against(finished):
+    workdir, result = finished
+    records = read_metrics(workdir)
+    for r in records:  # the mean gain over each episode's start is the gap of the means
+        gain = r["train/initial_runtime"] - r["train/final_runtime"]
+        assert r["train/improvement_vs_start"] == pytest.approx(gain, abs=1e-6)
+    # the last evaluation is of the final parameters: its best placement against every op on
+    # device 0, both simulated on the graph, as `place` reports them
+    cluster = Cluster.preset("placeto-k80", 2)
+    best = result.evaluation["best_placement"][0, :6]
+    ratio = simulate(GRAPH, cluster, best).makespan / simulate(GRAPH, cluster, [0] * 6).makespan
+    assert records[-1]["eval/g/best_vs_single"] == pytest.approx(float(ratio), rel=1e-12)
+    assert records[-1]["eval/best_vs_single"] == records[-1]["eval/g/best_vs_single"]
 
 
 def test_a_run_whose_updates_were_all_skipped_fails_loudly(capsys):

@@ -45,9 +45,18 @@ LEARNED = ("rnn", "hierarchical")  # trained per graph: tests/test_learned_place
 ALL_METHODS = [pytest.param(m, marks=pytest.mark.slow) if m in LEARNED else m for m in METHODS]
 
 
+def _known_to(name: str, graph: Graph) -> Graph:
+    """`graph`, its ops named zoo:nmt/op<i> for the expert (whose rules must know a graph)."""
+    if name != "expert":
+        return graph
+    names = [f"zoo:nmt/op{i}" for i in range(graph.n_ops)]
+    return Graph.from_edges(graph.cost, graph.out_bytes, graph.edges, graph.param_bytes,
+                            names=names, colocation=graph.colocation)  # fmt: skip
+
+
 @pytest.mark.parametrize("name", ALL_METHODS)
 def test_valid_placement_and_result(name):
-    graph, cluster = layered(40, seed=3), Cluster(n_devices=3)
+    graph, cluster = _known_to(name, layered(40, seed=3)), Cluster(n_devices=3)
     result = run_method(name, graph, cluster, KEY, budget=BUDGET)
     assert result.method == name
     assert result.placement.dtype == np.int64 and result.placement.shape == (40,)
@@ -68,7 +77,7 @@ def test_colocation_is_respected(name):
     groups[[0, 5, 11, 23]] = 0
     groups[[3, 4]] = 1
     graph = Graph.from_edges(base.cost, base.out_bytes, base.edges, colocation=groups)
-    placement = METHODS[name].place(graph, Cluster(n_devices=3), KEY, BUDGET)
+    placement = METHODS[name].place(_known_to(name, graph), Cluster(n_devices=3), KEY, BUDGET)
     assert len(set(placement[[0, 5, 11, 23]].tolist())) == 1
     assert placement[3] == placement[4]
 
@@ -184,11 +193,18 @@ def test_metis_parts_keep_classes_together_and_split_independent_chains():
         metis_parts(chains, 21)
 
 
-def test_expert_on_a_graph_no_rules_know_says_so():
+def test_expert_refuses_a_graph_no_rules_know():
     cluster = Cluster(n_devices=2)
-    unknown = run_method("expert", layered(12), cluster, jax.random.key(0))
-    assert unknown.note.startswith("no naming rules know this graph")
-    assert "zoo:nmt" in unknown.note and "compute-balanced blocks" in unknown.note
-    names = ["zoo:nmt/enc0/a", "zoo:nmt/enc1/b", "zoo:nmt/dec0/c"]
+    with pytest.raises(ValueError, match=r"^expert: no naming rules know this graph .*nasnet, nmt"):
+        run_method("expert", layered(12), cluster, KEY)
+    names = ["zoo:nmt/enc0/a", "zoo:nmt/enc1/b", "zoo:nmt/dec0/c"]  # devices 0, 1, 0 by rule
     graph = Graph.from_edges([1.0, 1.0, 1.0], [0, 0, 0], [(0, 1), (1, 2)], names=names)
-    assert run_method("expert", graph, cluster, jax.random.key(0)).note == ""
+    assert run_method("expert", graph, cluster, KEY).placement.tolist() == [0, 1, 0]
+
+
+def test_expert_blocks_a_zoo_graph_whose_ops_match_no_rule():
+    # zoo:nmt names without layer names; costs 1, 1, 2, 4: compute before each op 0, 1, 2, 4 of
+    # 8, so on 2 devices the blocks are [0, 0, 0, 1]
+    names = [f"zoo:nmt/Nmt_{i}" for i in range(4)]
+    graph = Graph.from_edges([1.0, 1.0, 2.0, 4.0], [0] * 4, [(0, 1), (1, 2), (2, 3)], names=names)
+    assert run_method("expert", graph, Cluster(n_devices=2), KEY).placement.tolist() == [0, 0, 0, 1]

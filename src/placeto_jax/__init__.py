@@ -1,35 +1,46 @@
-"""placeto_jax: learned device placement with a vectorised, jit-compiled JAX simulator."""
+"""placeto_jax: learned device placement with a vectorised, jit-compiled JAX simulator.
 
-from placeto_jax import graphs
-from placeto_jax.cluster import PRESETS, Cluster
-from placeto_jax.config import PIPELINES, Pipeline, make_pipeline
-from placeto_jax.graphs import Graph, load_graph, resolve_graph, save_graph
-from placeto_jax.graphs.placements import load_placement, save_placement
-from placeto_jax.pipeline import Placed, Policy, place, place_many, train
-from placeto_jax.sim.api import simulate
-from placeto_jax.sim.reference import simulate_reference
-from placeto_jax.sim.result import SimResult
+The names below are imported on first use, so that `import placeto_jax` does not import JAX:
+the `placeto-jax` command starts in milliseconds and answers a Ctrl-C while it imports the rest.
+"""
 
-__all__ = [
-    "PIPELINES",
-    "PRESETS",
-    "Cluster",
-    "Graph",
-    "Pipeline",
-    "Placed",
-    "Policy",
-    "SimResult",
-    "graphs",
-    "load_graph",
-    "load_placement",
-    "make_pipeline",
-    "place",
-    "place_many",
-    "resolve_graph",
-    "save_graph",
-    "save_placement",
-    "simulate",
-    "simulate_reference",
-    "train",
-]
+import importlib
+
+_HOMES = {
+    "PIPELINES": "config",
+    "PRESETS": "cluster",
+    "Cluster": "cluster",
+    "Graph": "graphs",
+    "Pipeline": "config",
+    "Placed": "pipeline",
+    "Policy": "pipeline",
+    "SimResult": "sim.result",
+    "load_graph": "graphs",
+    "load_placement": "graphs.placements",
+    "make_pipeline": "config",
+    "place": "pipeline",
+    "place_many": "pipeline",
+    "resolve_graph": "graphs",
+    "save_graph": "graphs",
+    "save_placement": "graphs.placements",
+    "simulate": "sim.api",
+    "simulate_reference": "sim.reference",
+    "train": "pipeline",
+}  # name -> the module (under placeto_jax) that defines it
+
+__all__ = sorted([*_HOMES, "graphs"])
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "graphs":
+        return importlib.import_module("placeto_jax.graphs")
+    if name not in _HOMES:
+        raise AttributeError(f"module 'placeto_jax' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"placeto_jax.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -37,10 +37,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
         try:
             with open(path, "wb") as file:  # a device or a FIFO: written, never replaced
                 yield file
-        except OSError as err:  # name the path asked for (/dev/full: no space left)
-            if err.filename is not None:
-                raise
-            raise OSError(err.errno, err.strerror, os.fspath(path)) from None
+        except OSError as err:  # /dev/full: no space left
+            raise _naming(err, path) from None
         return
     target = Path(os.path.realpath(path))  # a symlink's target is replaced, not the link
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
@@ -54,9 +52,19 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, target)
+    except OSError as err:  # a full disk, a file-size limit (ulimit -f: EFBIG)
+        tmp.unlink(missing_ok=True)
+        raise _naming(err, path) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _naming(err: OSError, path: str | os.PathLike) -> OSError:
+    """`err` when it names a file; else the same error naming `path`, the file asked for."""
+    if err.filename is not None or err.errno is None:
+        return err
+    return OSError(err.errno, err.strerror, os.fspath(path))
 
 
 class _Unclosed:

@@ -13,6 +13,7 @@ the matched-budget experiment all call it (docs/architecture.md, "The place pipe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +40,7 @@ from placeto_jax.rl.evaluate import (
 from placeto_jax.rl.loop import train_and_evaluate
 from placeto_jax.rl.train import make_train
 from placeto_jax.sim.ranking import rank_key
-from placeto_jax.stages.policy_search import polish_placements, squeeze_placements
+from placeto_jax.stages.policy_search import search_placements, squeeze_placements
 from placeto_jax.stages.starts import STARTS, check_start, started
 
 
@@ -180,14 +181,17 @@ def place_many(
     key: jax.Array | None = None,
     *,
     compare: bool = True,
+    heuristics: list[list[PlacerResult]] | None = None,
     progress: bool = False,
 ) -> list[Placed]:
     """Place each named op graph of `graphs` on `cluster` with `pipeline`'s stages, the policy's
     episodes of all graphs in one bank (one compiled program). `key` (default: key 0) draws the
     sampled episodes and the heuristics that need one; `compare`: run the fast heuristics on
-    each op graph to report the best (`Placed.best_heuristic`); `progress`: bars over the
-    heuristics and the search stages. ValueError before any work when a stage needs a policy
-    and none is given, or the policy places for another device count."""
+    each op graph to report the best (`Placed.best_heuristic`); `heuristics`: per graph, their
+    results when already run (`fast_heuristics` with `key`; their stage then logs no wall
+    time); `progress`: bars over the heuristics and the search stages. ValueError before any
+    work when a stage needs a policy and none is given, or the policy places for another
+    device count."""
     pipeline = Pipeline() if pipeline is None else pipeline
     check(pipeline, policy, cluster)
     for name, graph in graphs:
@@ -198,9 +202,8 @@ def place_many(
         compare or pipeline.source == "heuristics" or pipeline.start == "best-op"
         or pipeline.second_start
     )  # fmt: skip
-    heuristics: list[list[PlacerResult]] | None = None
     heuristics_s = 0.0
-    if need_heuristics:
+    if need_heuristics and heuristics is None:
         began = time.perf_counter()
         bar = tqdm(named, desc="heuristics", unit="graph", disable=not progress)
         heuristics = [fast_heuristics(g, cluster, key) for _, g in bar]
@@ -212,7 +215,7 @@ def place_many(
         placed, graphs_placed = _episodes(named, cluster, pipeline, policy, key, heuristics,
                                           heuristics_s, log)  # fmt: skip
     placed = _searches(named, cluster, pipeline, policy, placed, graphs_placed, heuristics, log,
-                       progress)  # fmt: skip
+                       key, progress)  # fmt: skip
     best = [fastest_fitting(h) for h in heuristics] if compare and heuristics else None
     return [
         Placed(p, tuple(stages), None if best is None else best[i])
@@ -363,24 +366,29 @@ def search_stages(
     placed: list[Placement],
     groups: list[PlacementGraph],
     heuristics: list[list[PlacerResult]] | None = None,
+    key: jax.Array | None = None,
     progress: bool = False,
 ) -> tuple[list[Placement], list[list[Stage]]]:
     """The search stages of `pipeline` alone, from given first placements: `placed` (one per
     named op graph of `graphs`; `groups`: the grouped graphs they were played on, for the
     group search; `heuristics`: per graph, the fast heuristics' results, for the second
-    start). For a caller that made the first placement itself (training on the graph, say).
-    Returns the placements and each graph's stages."""
+    start; `key` (default: key 0): the heuristics' and the random proposals'). For a caller
+    that made the first placement itself (training on the graph, say). Returns the
+    placements and each graph's stages."""
     check(pipeline, policy, cluster, episodes=False)
     named = list(graphs)
+    key = jax.random.key(0) if key is None else key
     if pipeline.second_start and heuristics is None:
-        heuristics = [fast_heuristics(g, cluster, jax.random.key(0)) for _, g in named]
+        heuristics = [fast_heuristics(g, cluster, key) for _, g in named]
     log: list[list[Stage]] = [[] for _ in named]
-    out = _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log, progress)
+    out = _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log, key,
+                    progress)  # fmt: skip
     return out, log
 
 
-def _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log, progress):
-    """`placed` improved by the pipeline's search stages, in order."""
+def _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log, key, progress):
+    """`placed` improved by the pipeline's search stages, in order; stage i's random proposals
+    drawn from `key` folded with i."""
     config = policy.config if policy is not None else None
     op_graphs = [PlacementGraph(n, g) for n, g in named]
     ops = pipeline.search_ops
@@ -395,18 +403,16 @@ def _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log,
         ("random", pipeline.random_passes, op_graphs, dict(proposer="random")),
     ]  # fmt: skip
     first = placed
-    for name, passes, graphs, how in stages:
-        if not passes:
-            continue
-
-        def search(p, g=graphs, n=passes, h=how):
-            return polish_placements(config, policy.params, g, p, cluster, n, progress=progress,
-                                     **h)  # fmt: skip
-
-        placed = _stage(name, log, placed, search)
+    for i, (name, passes, graphs, how) in enumerate(stages):
+        if passes:
+            search = functools.partial(
+                search_placements, config, policy.params, graphs, cluster=cluster, passes=passes,
+                key=jax.random.fold_in(key, i), progress=progress, **how,
+            )  # fmt: skip
+            placed = _stage(name, log, placed, search)
     if pipeline.second_start and ops:
         placed = _second_start(op_graphs, cluster, pipeline, policy, ops, first, placed,
-                               heuristics, log, progress)  # fmt: skip
+                               heuristics, log, key, progress)  # fmt: skip
     if pipeline.squeeze:
         placed = _stage("squeeze", log, placed,
                         lambda p: squeeze_placements(op_graphs, p, cluster))  # fmt: skip
@@ -432,7 +438,7 @@ def _spent(before: Placement, after: Placement) -> int:
 
 
 def _second_start(op_graphs, cluster, pipeline, policy, ops, first, placed, heuristics, log,
-                  progress) -> list[Placement]:  # fmt: skip
+                  key, progress) -> list[Placement]:  # fmt: skip
     """Each placement of `placed`, or, when it ranks first, the op-level search (and random
     passes) from the fastest heuristic other than the one `first` started from, memory aside:
     where the start overflows, relief can fit a fast placement far from it."""
@@ -448,10 +454,12 @@ def _second_start(op_graphs, cluster, pipeline, policy, ops, first, placed, heur
         fastest = min(others, key=lambda r: r.makespan)
         other = rank_visited(pg, cluster, fastest.placement[None], fastest.method)
         cost = other.evaluations
-        for passes, proposer in ((ops, pipeline.proposer), (pipeline.random_passes, "random")):
+        stages = ((ops, pipeline.proposer, 1), (pipeline.random_passes, "random", 2))
+        for passes, proposer, i in stages:
             if passes:
-                (after,) = polish_placements(config, policy.params, [pg], [other], cluster,
-                                             passes, proposer, progress=progress)  # fmt: skip
+                (after,) = search_placements(config, policy.params, [pg], [other], cluster,
+                                             passes, proposer, jax.random.fold_in(key, i),
+                                             progress)  # fmt: skip
                 cost += _spent(other, after)
                 other = after
         key = (rank_key(q.makespan, q.fits_memory, q.overflow),

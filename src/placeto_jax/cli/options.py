@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from placeto_jax.cluster import PRESETS
-
 PROG = "placeto-jax"
 DEFAULT_CLUSTER = "placeto-k80"
 
@@ -16,6 +14,8 @@ def add_cluster_option(
     shown: str = "%(default)s",
 ) -> None:
     """`--cluster NAME`: the cluster preset (`shown` describes the default in the help)."""
+    from placeto_jax.cluster import PRESETS  # NumPy: not at `placeto-jax`'s start
+
     parser.add_argument(
         "--cluster",
         default=default,

@@ -20,9 +20,11 @@ Rules (D devices):
 * nasnet: contiguous blocks of the cell sequence (stem cells, cells, reduction cells in network
   order).
 
-The zoo's grouped graphs merge each top-level module's ops into groups named by their common
-prefix, so many groups keep no layer name; when no op matches any rule the placement falls back
-to contiguous, compute-balanced blocks of the topological order (the generic "pipeline" split).
+A graph whose op names come from no zoo model (a family graph, a user's traced function) is
+refused: no rule says how its model would be split by hand. The zoo's grouped graphs merge each
+top-level module's ops into groups named by their common prefix, so many groups keep no layer
+name; when no op of a zoo graph matches its model's rules, the placement is `blocks`:
+contiguous, compute-balanced blocks of the topological order (the generic "pipeline" split).
 """
 
 from __future__ import annotations
@@ -44,17 +46,16 @@ _INCEPTION_BRANCHES = ("b1x1", "b5x5", "b3x3dbl", "b3x3", "b7x7dbl", "b7x7x3", "
 
 
 def expert(graph: Graph, cluster: Cluster, key: jax.Array, budget: int | None) -> Solution:
-    """The expert placement of a zoo graph (see the module docstring); on a graph no rules
-    know, the block fallback, said so in the solution's note."""
+    """The expert placement of a zoo graph (see the module docstring); ValueError on a graph
+    whose op names come from no model with rules."""
     del key, budget
-    note = ""
     if not _rules_for(graph.names):
-        note = (
-            "no naming rules know this graph (rules exist for zoo:"
-            f"{', zoo:'.join(sorted(_RULES))}): placed as contiguous, compute-balanced blocks "
-            "of the topological order"
+        raise ValueError(
+            "expert: no naming rules know this graph (its op names do not start with zoo:MODEL/ "
+            f"for a model with rules: {', '.join(sorted(_RULES))}); m-topo places contiguous "
+            "blocks of the topological order"
         )
-    return Solution(expert_placement(graph, cluster.n_devices), note=note)
+    return Solution(expert_placement(graph, cluster.n_devices))
 
 
 def _rules_for(names: tuple[str, ...]):
@@ -67,7 +68,7 @@ def expert_placement(graph: Graph, n_devices: int) -> np.ndarray:
     """[N] int64: rule-tagged ops where the model's rules match, the rest by propagation."""
     tagged = tag_devices(graph.names, n_devices)
     if (tagged < 0).all():
-        return colocate(graph, _blocks(graph, n_devices))
+        return blocks(graph, n_devices)
     return colocate(graph, propagate(graph, tagged))
 
 
@@ -178,11 +179,13 @@ _RULES = {
 }
 
 
-def _blocks(graph: Graph, n_devices: int) -> np.ndarray:
-    """[N] int64: the topological order cut into `n_devices` blocks of about equal compute."""
+def blocks(graph: Graph, n_devices: int) -> np.ndarray:
+    """[N] int64: the topological order cut into `n_devices` blocks of about equal compute (each
+    co-location class on its first op's device): the expert's placement of a zoo graph whose
+    ops match none of its rules, and a generic split any graph can be given."""
     order = graph.topological_order
     done = np.cumsum(graph.cost[order]) - graph.cost[order]  # compute before each op
     total = max(graph.cost.sum(), np.finfo(float).tiny)
     placement = np.empty(graph.n_ops, dtype=np.int64)
     placement[order] = np.minimum((done / total * n_devices).astype(np.int64), n_devices - 1)
-    return placement
+    return colocate(graph, placement)

@@ -18,16 +18,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import Config, apply, make_config, to_dict
+from placeto_jax.config import Config, Pipeline, apply, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
-from placeto_jax.placers import PlacerResult, best_heuristic
+from placeto_jax.pipeline import Policy, place_many
+from placeto_jax.placers import PlacerResult, best_heuristic, fast_heuristics
 from placeto_jax.reproduce.benchmarks import benchmark_cases
 from placeto_jax.reproduce.output import Recorder
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.reproduce.programs import release_compiled_programs
 from placeto_jax.rl.evaluate import Placement, place_with
 from placeto_jax.rl.loop import cluster_of, load_graphs
-from placeto_jax.rl.train import Train, make_train
+from placeto_jax.rl.train import make_train
 from placeto_jax.stages.starts import started
 
 MS = 1e3  # µs
@@ -162,33 +163,42 @@ def family_config(settings: Settings) -> Config:
 
 
 def family_outcomes(family: str, settings: Settings, key: jax.Array) -> list[Outcome]:
-    """A paper policy and a start-trained one on `family`/train, every variant on its test."""
+    """A paper policy and a start-trained one on `family`/train, every variant on its test
+    graphs through the place pipeline (`variant_pipeline`)."""
     config = family_config(settings)
     cluster = cluster_of(config)
     train = load_graphs(f"family:{family}/train", config)[: settings.train_graphs]
     train = started(train, cluster, settings.start, key)
-    test = started(load_graphs(f"family:{family}/test", config), cluster, settings.start, key)
+    test = load_graphs(f"family:{family}/test", config)
+    named = [(pg.name, pg.op_graph or pg.graph) for pg in test]
+    heuristics = None  # the op-graph heuristics of `best-op` starts: run once, not per variant
+    if settings.start == "best-op":
+        heuristics = [fast_heuristics(graph, cluster, key) for _, graph in named]
     params = {
         origin: trained(_from(config, origin), train, cluster, key)
         for origin in ("random", "start")
     }
-    runs: dict[tuple[str, int], Train] = {}
     placed: dict[str, list[Placement]] = {}
     for v in VARIANTS:
-        where = (v.start, v.passes)
-        if where not in runs:
-            at = apply(_from(config, v.start), {"env.passes": v.passes})
-            runs[where] = make_train(at, build_bank(test, at.run.buckets), cluster)
-        run = runs[where]
-        samples = settings.samples if v.samples else 0
-        placed[v.name] = place_with(
-            run, params[v.trained_from], run.env_params, test, cluster, samples, key,
-            v.temperature,
-        )  # fmt: skip
+        policy = Policy(apply(config, {"env.passes": v.passes}), params[v.trained_from])
+        placed[v.name] = [
+            p.result
+            for p in place_many(named, cluster, variant_pipeline(v, settings), policy, key,
+                                compare=False, heuristics=heuristics)
+        ]  # fmt: skip
     return [
         _outcome(family, pg, cluster, key, {v: p[i] for v, p in placed.items()})
         for i, pg in enumerate(test)
     ]
+
+
+def variant_pipeline(v: Variant, settings: Settings) -> Pipeline:
+    """The episodes of variant `v`: from a random placement or the start, with
+    `settings.samples` sampled ones at its temperature when it samples."""
+    start = "random" if v.start == "random" else settings.start
+    if not v.samples:
+        return Pipeline(start=start)
+    return Pipeline(start=start, samples=settings.samples, temperature=v.temperature)
 
 
 def trained(config: Config, graphs: list[PlacementGraph], cluster: Cluster, key: jax.Array):
@@ -255,7 +265,7 @@ def _outcome(
     return Outcome(
         source=source,
         graph=pg.name,
-        decisions=pg.n_units,
+        decisions=start.n_units,
         start=start.start,
         start_ms=start.initial_makespan / MS,
         heuristic=reference.method,

@@ -7,7 +7,7 @@ Layout of WORKDIR:
   checkpoints/STEP/integrity.json   SHA-256 of both items' arrays, the config and graph digests
   metrics.jsonl           one JSON object per update (see rl/loop.py)
   tb/                     TensorBoard event files
-  learning_curve.png      the same metrics drawn when a training call ends
+  learning_curve.png      the same metrics drawn when a training call ends (not when it fails)
 
 A policy is rebuilt from WORKDIR alone: `load_run` gives the config, `restore_params` the weights.
 
@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import shutil
 import socket
 import sys
@@ -331,17 +332,32 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
-    def save(self, step: int, state: Any, provenance: Provenance) -> None:
-        """Save `state` at `step` and then its integrity record. OSError names the folder: when
-        there is clearly not enough free space (before writing anything), or when orbax fails
-        (its own logging and worker-thread tracebacks are silenced: the OSError is the report)."""
+    def check_room(self, state: Any, step: int | None = None) -> None:
+        """OSError naming the folder when a checkpoint of `state` clearly cannot be written:
+        too little free space, or a file-size limit (`ulimit -f`) below its state's size (orbax
+        writes an item's arrays to one data file; a write it starts and cannot finish leaves
+        its threads printing tracebacks after the error)."""
+        what = "checkpoints" if step is None else f"checkpoint {step}"
         need = 2 * _tree_bytes(state) + (1 << 20)  # state + params, and metadata
         free = shutil.disk_usage(self.directory).free
         if free < need:
             raise OSError(
-                f"cannot save checkpoint {step} in {self.directory}: {free / 1e6:.1f} MB free, "
+                f"cannot save {what} in {self.directory}: {free / 1e6:.1f} MB free, "
                 f"about {need / 1e6:.1f} MB needed"
             )
+        limit, size = resource.getrlimit(resource.RLIMIT_FSIZE)[0], _tree_bytes(state)
+        if limit != resource.RLIM_INFINITY and limit < size:
+            raise OSError(
+                f"cannot save {what} in {self.directory}: files may not grow past {limit:,} "
+                f"bytes (ulimit -f), and a checkpoint's data file takes about {size:,} bytes"
+            )
+
+    def save(self, step: int, state: Any, provenance: Provenance) -> None:
+        """Save `state` at `step` and then its integrity record. OSError names the folder: when
+        it clearly cannot be written (`check_room`, before writing anything), or when orbax
+        fails (its own logging and worker-thread tracebacks are silenced: the OSError is the
+        report)."""
+        self.check_room(state, step)
         try:
             with _quiet_orbax():
                 self._save(step, state, provenance)

@@ -40,6 +40,7 @@ from placeto_jax.rl.checkpoint import (
 )
 from placeto_jax.rl.sharding import local_copy
 from placeto_jax.rl.train import Trainer, TrainState, keep_run, make_train
+from placeto_jax.sim.api import simulate, single_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,9 +148,11 @@ def _train(
     checkpointer = Checkpointer(workdir)
     fresh = run.init(jax.random.key(config.seed), env_params)
     state = checkpointer.restore_state(fresh, provenance) or fresh
+    checkpointer.check_room(state)  # before any update, not at the first save
     start = int(local_copy(state.iteration))
     skipped_before = int(local_copy(state.skipped))
     log = MetricsLog(workdir, start) if lead else None
+    single = single_makespans(bank, cluster_of(config))
     total = config.train.iterations
     end = total if stop_at is None else min(stop_at, total)
     try:
@@ -167,7 +170,9 @@ def _train(
                 for iteration in range(first, last + 1):
                     record = {k: float(v[iteration - first]) for k, v in stacked.items()}
                     if iteration == last and (last % config.run.eval_every == 0 or last == total):
-                        summary = _eval_record(run.greedy(state.params, env_params), bank.names)
+                        summary = _eval_record(
+                            run.greedy(state.params, env_params), bank, cluster_of(config), single
+                        )
                         record.update(summary)
                         bar.set_postfix(progress_units(
                             config, record["train/final_runtime"], summary["eval/best_runtime"]
@@ -184,8 +189,8 @@ def _train(
         if total == 0 and lead and checkpointer.latest_step() is None:
             checkpointer.save(0, state, provenance)  # the untrained policy, as a checkpoint
     finally:
-        if log is not None:
-            log.close()
+        if log is not None:  # a failed run's curve is not drawn: its error is the report
+            log.close(draw=sys.exc_info()[0] in (None, TrainingInterrupted))
         checkpointer.close()
     check_learned(int(local_copy(state.iteration)) - start,
                   int(local_copy(state.skipped)) - skipped_before)  # fmt: skip
@@ -234,15 +239,32 @@ def chunks(start: int, end: int, run: RunConfig) -> list[tuple[int, int]]:
     return ranges
 
 
-def _eval_record(out: dict[str, jax.Array], names: tuple[str, ...]) -> dict[str, float]:
+def single_makespans(bank: Bank, cluster: Cluster) -> np.ndarray:
+    """[G] float64 µs: each graph's single-device makespan, simulated on its op graph."""
+    ops = [pg.op_graph or pg.graph for pg in bank.graphs]
+    return np.array([float(simulate(g, cluster, single_device(g, cluster)).makespan) for g in ops])
+
+
+def _eval_record(
+    out: dict[str, jax.Array], bank: Bank, cluster: Cluster, single: np.ndarray
+) -> dict[str, float]:
+    """The greedy evaluation's scalars (docs/agent.md): runtimes in the env's units, and the
+    best placement's makespan over the single-device one, simulated on the op graph."""
     out = local_copy(out)
+    best = np.array([
+        float(simulate(pg.op_graph or pg.graph, cluster, pg.expand(p[: pg.graph.n_ops])).makespan)
+        for pg, p in zip(bank.graphs, out["best_placement"], strict=True)
+    ])  # fmt: skip
+    vs_single = best / single
     record = {
         "eval/initial_runtime": float(np.mean(out["initial_runtime"])),
         "eval/best_runtime": float(np.mean(out["best_runtime"])),
         "eval/final_runtime": float(np.mean(out["final_runtime"])),
+        "eval/best_vs_single": float(np.mean(vs_single)),
     }
-    for i, name in enumerate(names):
+    for i, name in enumerate(bank.names):
         record[f"eval/{name}/best_runtime"] = float(out["best_runtime"][i])
+        record[f"eval/{name}/best_vs_single"] = float(vs_single[i])
     return record
 
 
@@ -275,13 +297,15 @@ class MetricsLog:
         for key, value in record.items():
             self._tb.add_scalar(key, value, iteration)
 
-    def close(self) -> None:
-        """Close the files and draw the learning curve beside them (learning_curve.png)."""
+    def close(self, draw: bool) -> None:
+        """Close the files and, with `draw`, draw the learning curve beside them
+        (learning_curve.png)."""
         from placeto_jax.plotting import plot_training  # matplotlib, only when a run logs
 
         self._file.close()
         self._tb.close()
-        plot_training(self._records(), self.path.with_name("learning_curve.png"))
+        if draw:
+            plot_training(self._records(), self.path.with_name("learning_curve.png"))
 
 
 def _summary_writer(directory: Path, purge_step: int):

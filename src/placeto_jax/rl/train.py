@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from tqdm.auto import tqdm
 
 from placeto_jax import precision
 from placeto_jax.cluster import Cluster
@@ -39,11 +38,10 @@ from placeto_jax.env.core import EnvParams, EnvState, PlacetoEnv
 from placeto_jax.nn.policy import PlacetoPolicy
 from placeto_jax.rl import losses
 from placeto_jax.rl.sharding import EPISODES, replicate, replicated
-from placeto_jax.sim.ranking import MEMORY_PENALTY
 
 _CHUNK_NODE_ROWS = 1 << 19  # episodes x padded nodes x steps per gradient chunk (automatic)
 EVAL_KEY = 20190531  # fixed: every greedy evaluation starts from the same initial placements
-POLISH_CHUNK = 256  # search steps per compiled call: the progress bar's granularity
+_PROPOSAL_NODE_ROWS = 1 << 18  # units observed at once x padded nodes, over the graphs
 
 
 @jax.tree_util.register_dataclass
@@ -258,80 +256,57 @@ class Trainer:
         done = jnp.concatenate([jnp.zeros_like(rollout.reward[:1]), rollout.reward]).cumsum(0)
         return {"visited": _visited(rollout, state), "runtime": rollout.initial_runtime - done}
 
-    def polish_begin(self, env_params: EnvParams) -> PolishCarry:
-        """The search's start on each graph of `env_params.graphs` (K): its initial placement
-        (as `greedy` starts), observed, no move kept yet."""
-        graphs = env_params.graphs
-        reset = jax.vmap(lambda k, g: self.env.reset(k, env_params.on_graph(g)))
-        keys = jax.random.split(jax.random.key(EVAL_KEY), graphs.shape[0])
-        state, obs = reset(keys, graphs)
-        return PolishCarry(state, obs, jnp.zeros(graphs.shape[0], jnp.int32))
-
-    def polish_keys(self) -> jax.Array:
-        """[T] the search's step keys (the random proposer's draws)."""
-        return jax.random.split(jax.random.fold_in(jax.random.key(EVAL_KEY), 1), self.n_steps)
-
-    def polish_steps(
+    def proposals(
         self,
         params: Any,
         env_params: EnvParams,
-        carry: PolishCarry,
-        keys: jax.Array,
-        live: jax.Array,
+        placement: jax.Array,
+        passes_done: jax.Array,
+        key: jax.Array,
         proposer: str = "policy",
-    ) -> PolishCarry:
-        """Steps of policy-guided search, one per key of `keys` [S] (a slice of `polish_keys`)
-        on every graph: each proposes one move of the current unit to the policy's most likely
-        allowed device other than its own (`proposer="ranked"`: on the p-th pass over the units,
-        its p-th most likely, so that D - 1 passes try every device for every unit in the
-        policy's order; `proposer="random"`: a uniformly random one, the ablation without a
-        policy; either way, off a device over its memory to a device with room, near the unit's
-        neighbours, `relieving_memory`), simulates it and keeps it only if it ranks before the
-        current placement (`ranks_before`: the makespan drops, or the memory overflow when
-        either overflows); a move not kept leaves the placement as it was. A step whose `live`
-        [S] is false keeps nothing (padding after the episode's T steps). One simulation per
-        step, as in any episode."""
-        _check_proposer(proposer)
-
-        def step(carry, xs):
-            state, obs, kept = carry
-            step_key, on = xs
-            passes_done = _passes_done(state.t, state.graph, env_params)
-            action = self.proposals(params, obs, step_key, proposer, passes_done)
-            action = relieving_memory(action, obs, state, env_params)
-            moved, _, reward, _ = jax.vmap(self.env.step, (None, 0, 0, None))(
-                step_key, state, action, env_params
-            )
-            del reward  # the env's capped max-device penalty; the search ranks as `rank_key`
-            keep = on & ranks_before(moved, state, env_params.capacity)
-            stay = dataclasses.replace(state, t=moved.t)
-            state = jax.tree.map(lambda a, b: _where_rows(keep, a, b), moved, stay)
-            obs = jax.vmap(self.env.observe, (0, None))(state, env_params)
-            return PolishCarry(state, obs, kept + keep.astype(jnp.int32)), None
-
-        return jax.lax.scan(step, carry, (keys, live))[0]
-
-    def proposals(
-        self, params: Any, obs: Any, key: jax.Array, proposer: str, passes_done: jax.Array
     ) -> jax.Array:
-        """[K] int32: for observations batched over K, the move `polish` proposes for each
-        current unit: the policy's most likely allowed device other than the unit's own
-        (`proposer="ranked"`: its (p mod m)-th most likely of the m allowed others, p the
-        unit's `passes_done` [K], ties to the lowest index; `proposer="random"`: a uniformly
-        random one, drawn with `key`), or its own device when no other is allowed."""
-        own, others = _own_and_others(obs)
-        if proposer == "random":
-            logits = jax.random.uniform(key, others.shape)
-        else:
-            logits = jax.vmap(self.policy.apply, (None, 0))(params, obs)
-        scores = jnp.where(others, logits, -jnp.inf)
-        if proposer == "ranked":
-            by_likelihood = jnp.argsort(-scores, axis=1, stable=True)  # [K, D] allowed first
-            rank = passes_done % jnp.maximum(others.sum(axis=1), 1)
-            proposal = jnp.take_along_axis(by_likelihood, rank[:, None], axis=1)[:, 0]
-        else:
-            proposal = jnp.argmax(scores, axis=1)
-        return jnp.where(others.any(axis=1), proposal, own).astype(jnp.int32)
+        """[K, N] int32: for each graph of `env_params.graphs` (K) and unit id (below its unit
+        count), the device policy-guided search proposes on pass `passes_done` ([] int32) of a
+        search that starts the pass from `placement` [K, N] (device per node): the policy's
+        most likely allowed device other than the unit's own, observed as that placement with
+        the unit current (`proposer="ranked"`: its (p mod m)-th most likely of the m allowed
+        others, ties to the lowest index; `"random"`: a uniformly random allowed other one,
+        drawn from `key`, the pass and the graph), or its own device when no other is allowed.
+        Every unit of a graph is observed at once, in batches. Needs the config's given starts
+        (`env.initial_placement="given"`): `placement` is the start the env simulates."""
+        _check_proposer(proposer)
+        if self.config.env.initial_placement != "given":
+            raise ValueError("proposals need env.initial_placement=given")
+        graphs = env_params.graphs
+        starts = jnp.zeros_like(env_params.bank.unit).at[graphs].set(placement)
+        given = dataclasses.replace(
+            env_params, bank=dataclasses.replace(env_params.bank, start=starts)
+        )
+        batch = max(1, _PROPOSAL_NODE_ROWS // (graphs.shape[0] * self.n_pad))
+
+        def on_graph(graph):
+            state, _ = self.env.reset(jax.random.key(EVAL_KEY), given.on_graph(graph))
+            first = passes_done * env_params.bank.n_units[graph]
+            graph_key = jax.random.fold_in(jax.random.fold_in(key, passes_done), graph)
+
+            def at(position):
+                obs = self.env.observe(dataclasses.replace(state, t=first + position), given)
+                n_dev = obs.action_mask.shape[0]
+                own = jnp.max(jnp.where(obs.current, obs.placement, -1))
+                others = obs.action_mask & (jnp.arange(n_dev) != own)
+                if proposer == "random":
+                    logits = jax.random.uniform(jax.random.fold_in(graph_key, position), (n_dev,))
+                else:
+                    logits = self.policy.apply(params, obs)
+                scores = jnp.where(others, logits, -jnp.inf)
+                rank = passes_done % jnp.maximum(others.sum(), 1) if proposer == "ranked" else 0
+                proposal = jnp.argsort(-scores, stable=True)[rank]  # allowed ones first
+                return jnp.where(others.any(), proposal, own).astype(jnp.int32)
+
+            by_position = jax.lax.map(at, jnp.arange(self.n_pad), batch_size=batch)
+            return jnp.zeros(self.n_pad, jnp.int32).at[state.order].set(by_position)
+
+        return jax.vmap(on_graph)(graphs)
 
     # ------------------------------------------------------------------ loss
     def grad_chunk(self) -> int:
@@ -453,7 +428,7 @@ class Trainer:
             "train/final_runtime": rollout.final_runtime.mean(),
             "train/best_runtime": rollout.best_runtime.mean(),
             "train/final_makespan_us": rollout.final_makespan.mean(),
-            "train/improvement": (rollout.initial_runtime - rollout.final_runtime).mean(),
+            "train/improvement_vs_start": (rollout.initial_runtime - rollout.final_runtime).mean(),
             "train/skipped_updates": new_state.skipped,
         }
         return new_state, metrics
@@ -473,20 +448,6 @@ PROPOSERS = ("policy", "ranked", "random")  # what policy-guided search proposes
 def _check_proposer(proposer: str) -> None:
     if proposer not in PROPOSERS:
         raise ValueError(f"proposer must be one of {PROPOSERS}, got {proposer!r}")
-
-
-def _passes_done(t: jax.Array, graph: jax.Array, env_params: EnvParams) -> jax.Array:
-    """[...] int32: the passes over the units of bank graph `graph` completed before step `t`
-    (both broadcast alike)."""
-    return t // jnp.maximum(env_params.bank.n_units[graph], 1)
-
-
-def _own_and_others(obs: Any) -> tuple[jax.Array, jax.Array]:
-    """([K] int32 the current unit's device, [K, D] bool the allowed devices other than it) for
-    observations batched over K."""
-    devices = jnp.arange(obs.action_mask.shape[-1])
-    own = jnp.max(jnp.where(obs.current, obs.placement, -1), axis=1)
-    return own, obs.action_mask & (devices[None, :] != own[:, None])
 
 
 def sample_action(key: jax.Array, logits: jax.Array, temperature: jax.Array | float) -> jax.Array:
@@ -518,22 +479,9 @@ def _visited(rollout: Rollout, state: EnvState) -> jax.Array:
     return jnp.concatenate([rollout.placement, state.placement[None].astype(jnp.int8)])
 
 
-def _where_rows(keep: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
-    """Rows of `new` [B, ...] where `keep` [B], else `old`'s."""
-    return jnp.where(keep.reshape(keep.shape + (1,) * (new.ndim - 1)), new, old)
-
-
 def _keep_if(keep_new: jax.Array) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """f(new, old) = new where `keep_new` else old (a skipped update leaves the state as is)."""
     return lambda new, old: jnp.where(keep_new, new, old)
-
-
-class PolishCarry(NamedTuple):
-    """Policy-guided search between steps, batched over the K graphs searched."""
-
-    state: EnvState  # [K] the current placements and their simulations
-    obs: Any  # [K] their observations, the policy's input
-    kept: jax.Array  # [K] int32 moves kept so far
 
 
 class Train(NamedTuple):
@@ -545,9 +493,8 @@ class Train(NamedTuple):
     greedy: Callable[[Any, EnvParams], dict[str, jax.Array]]  # (params, env_params) -> arrays [K]
     sample: Callable[..., dict[str, jax.Array]]
     # (key, params, env_params, count=C static, temperature=1.0) -> visited, runtime
-    polish_begin: Callable[[EnvParams], PolishCarry]  # (env_params) -> the search's start
-    polish_steps: Callable[..., PolishCarry]
-    # (params, env_params, carry, keys [S], live [S], proposer="policy" static) -> carry
+    proposals: Callable[..., jax.Array]
+    # (params, env_params, placement [K, N], passes_done, key, proposer="policy" static) -> [K, N]
     env_params: EnvParams  # the whole bank, every graph played (replicated on the mesh)
     hyper: Hyper  # the config's learning rate and entropy weight
     trainer: Trainer  # the static parts (shapes, config, networks)
@@ -560,38 +507,6 @@ class Train(NamedTuple):
         count = self.trainer.config.train.iterations
         return self.updates(state, hyper, self.env_params, count=count)
 
-    def polish(
-        self, params: Any, env_params: EnvParams, proposer: str = "policy", progress: bool = False
-    ) -> dict[str, jax.Array]:
-        """Policy-guided search (`Trainer.polish_steps`), one episode of T steps per graph of
-        `env_params.graphs` (K) from its initial placement, run `POLISH_CHUNK` steps per call
-        with a progress bar. Returns "initial_placement", "placement" [K, N] int32 (the final
-        one, also the best), "initial_runtime", "runtime" [K] (env units) and "kept" [K] int32
-        moves kept."""
-        _check_proposer(proposer)
-        steps = self.trainer.n_steps
-        chunks = -(-steps // POLISH_CHUNK)
-        size = -(-steps // chunks)  # equal chunks: one compiled shape; the last one padded
-        keys = self.trainer.polish_keys()
-        keys = jnp.concatenate([keys, keys[: chunks * size - steps]])
-        live = jnp.arange(chunks * size) < steps
-        first = carry = self.polish_begin(env_params)
-        with tqdm(total=steps, desc="polish", unit="step", disable=not progress) as bar:
-            for c in range(chunks):
-                part = slice(c * size, (c + 1) * size)
-                carry = self.polish_steps(
-                    params, env_params, carry, keys[part], live[part], proposer=proposer
-                )
-                jax.block_until_ready(carry.kept)
-                bar.update(min(size, steps - c * size))
-        return {
-            "initial_placement": first.state.placement,
-            "placement": carry.state.placement,
-            "initial_runtime": first.state.runtime,
-            "runtime": carry.state.runtime,
-            "kept": carry.kept,
-        }
-
 
 def make_train(
     config: Config,
@@ -601,9 +516,10 @@ def make_train(
     float_dtype: Any = jnp.float32,
 ) -> Train:
     """Assemble a run on `bank` and `cluster`: the environment parameters in `float_dtype`,
-    the jitted init, chunk of updates, greedy, sampled and polishing episodes, each traced and
-    run inside `precision.scope(float_dtype)`. `mesh` (`sharding.episode_mesh()`) splits the
-    episodes over its devices; the constants are then replicated on it."""
+    the jitted init, chunk of updates, greedy and sampled episodes and the search's proposals,
+    each traced and run inside `precision.scope(float_dtype)`. `mesh`
+    (`sharding.episode_mesh()`) splits the episodes over its devices; the constants are then
+    replicated on it."""
     trainer = Trainer.create(config, bank, cluster.broadcast, mesh)
     env_params = bank_env_params(trainer, bank, cluster, float_dtype)
     hyper = Hyper.of(config)
@@ -616,9 +532,8 @@ def make_train(
         updates=precision.Scoped(jax.jit(trainer.updates, static_argnames="count"), float_dtype),
         greedy=precision.Scoped(jax.jit(trainer.greedy), float_dtype),
         sample=precision.Scoped(jax.jit(trainer.sample, static_argnames="count"), float_dtype),
-        polish_begin=precision.Scoped(jax.jit(trainer.polish_begin), float_dtype),
-        polish_steps=precision.Scoped(
-            jax.jit(trainer.polish_steps, static_argnames="proposer"), float_dtype
+        proposals=precision.Scoped(
+            jax.jit(trainer.proposals, static_argnames="proposer"), float_dtype
         ),
         env_params=env_params,
         hyper=hyper,
@@ -668,65 +583,3 @@ def forget_compiled_runs() -> None:
 
 def _run_key(config: Config, bank: Bank, cluster: Cluster) -> tuple:
     return (config, cluster, bank.n_graphs, bank.n_pad, bank.max_level, int(bank.n_units.max()))
-
-
-def ranks_before(a: EnvState, b: EnvState, capacity: jax.Array) -> jax.Array:
-    """[...] bool: placement state `a` strictly before `b` in `sim.ranking.rank_key` order
-    (fitting memory first, then makespan µs plus `MEMORY_PENALTY` per unit of relative
-    overflow summed over devices), for states batched alike, `capacity` [D] bytes. Unlike the
-    env's reward (the fullest device's overflow in GB, capped), it sees every device's overflow
-    however large, as the ranking of the search's results does."""
-
-    def key(state: EnvState) -> tuple[jax.Array, jax.Array]:
-        over = jnp.sum(jnp.maximum(state.peak_memory - capacity, 0.0) / capacity, axis=-1)
-        return over == 0, state.makespan + MEMORY_PENALTY * over
-
-    fits_a, score_a = key(a)
-    fits_b, score_b = key(b)
-    return (fits_a & ~fits_b) | ((fits_a == fits_b) & (score_a < score_b))
-
-
-def relieving_memory(
-    action: jax.Array, obs: Any, state: EnvState, env_params: EnvParams
-) -> jax.Array:
-    """[K] int32: the proposed devices `action` [K], except where the current unit's device is
-    over its memory in the current placement (`state`, batched over K): there the allowed other
-    device with room for the unit's bytes (parameters and outputs, against its peak) that holds
-    the most bytes of the unit's edges (ties: the largest free fraction, then the lowest
-    index), or with no room anywhere the largest free fraction. The policy does not see
-    memory, so without this the search cannot empty a device that the policy keeps proposing
-    to fill; preferring the unit's neighbours keeps chains together as they leave it."""
-    capacity = env_params.capacity
-    own, others = _own_and_others(obs)
-    neighbours, unit_bytes = jax.vmap(_unit_edges_and_bytes, (0, 0, 0, None, None))(
-        state.graph, obs.current, obs.placement, env_params.bank, capacity.shape[0]
-    )  # [K, D] relative bytes, [K] bytes
-    free = capacity - state.peak_memory  # [K, D] bytes
-    fraction = jnp.where(others, free / capacity, -jnp.inf)
-    room = others & (free >= unit_bytes[:, None])
-    most = jnp.max(jnp.where(room, neighbours, -jnp.inf), axis=1, keepdims=True)
-    near = room & (neighbours == most)
-    target = jnp.where(
-        room.any(axis=1),
-        jnp.argmax(jnp.where(near, fraction, -jnp.inf), axis=1),
-        jnp.argmax(fraction, axis=1),
-    )
-    own_over = jnp.take_along_axis(state.peak_memory > capacity, own[:, None], axis=1)[:, 0]
-    relieve = own_over & others.any(axis=1)
-    return jnp.where(relieve, target, action).astype(jnp.int32)
-
-
-def _unit_edges_and_bytes(
-    graph: jax.Array, current: jax.Array, placement: jax.Array, bank: Any, n_devices: int
-) -> tuple[jax.Array, jax.Array]:
-    """([D] output bytes relative to the graph's largest on the edges between the current unit
-    [N] bool and each device's nodes, [] bytes of the unit's parameters and outputs), for one
-    graph of `bank` and its placement [N]."""
-    senders, receivers = bank.senders[graph], bank.receivers[graph]
-    out = jnp.where(bank.edge_mask[graph], bank.bytes_feature[graph][senders], 0.0)  # [E]
-    into = current[receivers] & ~current[senders]  # edges from other nodes into the unit
-    out_of = current[senders] & ~current[receivers]
-    neighbours = jax.ops.segment_sum(
-        jnp.where(into, out, 0.0), placement[senders], n_devices
-    ) + jax.ops.segment_sum(jnp.where(out_of, out, 0.0), placement[receivers], n_devices)
-    return neighbours, jnp.sum(jnp.where(current, bank.memory[graph], 0.0))
