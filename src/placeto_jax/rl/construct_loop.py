@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from typing import Any
 
@@ -271,7 +272,7 @@ def train_in(
                         checkpointer.save(iteration, state, provenance)
                     bar.update(1)
         finally:
-            log.close()
+            log.close(draw=sys.exc_info()[0] is None)  # no picture after a failure
             checkpointer.close()
     return state
 
