@@ -87,7 +87,8 @@ def add_agent_commands(commands) -> None:
         "--preset",
         choices=sorted(PRESETS),
         default=None,
-        help="config preset: tiny (CPU-sized) or paper",
+        help="config preset: tiny (CPU-sized), paper, or construct (the construct agent: each op "
+        "placed once, imitating the best heuristic; docs/agent.md)",
     )
     add_cluster_option(train)
     train.add_argument(
@@ -181,6 +182,7 @@ PIPELINES_EPILOG = (
         for name, summary in (
             ("policy", "the policy's own episodes (greedy; pipeline.samples sampled ones)"),
             ("heuristics", "the best fast heuristic on the op graph (no policy)"),
+            ("sampled", "the greedy episode and 16 sampled ones at temperature 0.3"),
             ("search", "episodes from the best heuristic, then policy-guided and random search"),
         )
     )
