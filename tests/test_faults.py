@@ -196,10 +196,10 @@ def test_a_lock_whose_pid_now_runs_another_program_is_stale(trained, tmp_path, c
 def test_a_resume_with_a_changed_graph_is_refused(tmp_path, capsys):
     path = tmp_path / "g.json"
     pj.save_graph(GRAPH, path)
-    assert _train(tmp_path / "run", str(path), "--set", "train.iterations=2") == 0
+    assert _train(tmp_path / "run", str(path)) == 0
     changed = pj.Graph.from_edges(GRAPH.cost * 10, GRAPH.out_bytes, GRAPH.edges)
     pj.save_graph(changed, path)
-    assert _train(tmp_path / "run", str(path), "--set", "train.iterations=2") == 2
+    assert _train(tmp_path / "run", str(path)) == 2
     assert f"graph {str(path)!r} has changed since the run" in _error(capsys)
 
 

@@ -27,7 +27,7 @@ from placeto_jax.reproduce.output import (
     markdown_table,
     to_csv,
 )
-from placeto_jax.reproduce.placeto import Curve, PlacetoBench
+from placeto_jax.reproduce.placeto import Curve, PlacetoBench, simulations
 from placeto_jax.rl.loop import cluster_of
 
 TWO_CHAINS = Graph.from_edges([100.0] * 6, [1e3] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
@@ -256,6 +256,15 @@ def test_placeto_trains_each_graph_of_a_bench_with_one_compiled_program():
     tuned = bench.fit(0, jax.random.key(1), init_params=fits[0].params, init_placement=start)
     assert tuned.curve.makespan[0] == pytest.approx(bench.score(start))
     assert bench.run.updates._cache_size() == 1
+    # every simulation counts: one update's 28, then each greedy evaluation's episode steps (6:
+    # one per node) and exact rankings; a given start's were spent before the fit
+    first = bench.place(bench.run.init(jax.random.key(0), bench.graph_env_params(0)).params, 0)
+    one = bench.fit(0, jax.random.key(0), iterations=1)
+    assert first.episode_steps == one.placement.episode_steps == 6
+    assert one.evaluations == 28 + simulations(first) + simulations(one.placement)
+    tuned = bench.fit(0, jax.random.key(1), iterations=1, init_params=fits[0].params,
+                      init_placement=start)  # fmt: skip
+    assert tuned.evaluations == 28 + simulations(tuned.placement)
     with pytest.raises(ValueError, match="not in this bench"):
         bench.index("nope")
 
@@ -309,6 +318,8 @@ def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         placeto=TINY_PLACETO,
     )
     monkeypatch.setitem(table1.PRESETS, "quick", settings)
+    # no naming rules know layered graphs: the expert refuses them (table1's zoo graphs have rules)
+    monkeypatch.setattr(table1, "BASELINES", tuple(b for b in table1.BASELINES if b != "expert"))
     readme = table1.run_table1(tmp_path, "quick", progress=False)
     rows = json.loads((tmp_path / "table1" / "makespan.json").read_text())
     assert [(r["graph"], r["devices"]) for r in rows] == [("layered:12", 2), ("layered:16:1", 2)]
@@ -324,6 +335,14 @@ def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     assert all(isinstance(f[m], bool) for f in fits for m in table1.BASELINES + table1.LEARNED)
     walls = json.loads((tmp_path / "table1" / "wall_s.json").read_text())
     assert all(w[m] >= 0 for w in walls for m in table1.BASELINES + table1.LEARNED)
+    evals = json.loads((tmp_path / "table1" / "evaluations.json").read_text())
+    assert [(r["graph"], r["devices"]) for r in evals] == [(r["graph"], r["devices"]) for r in rows]
+    for r in evals:  # rules and list schedulers simulate nothing
+        assert r["single"] == r["heft"] == r["m-etf"] == r["m-sct"] == 0
+        assert 0 < r["local-search"] <= 64  # its budget
+        assert r["cross-entropy"] == 256  # at least one round of 256, past the budget of 64
+        spent = {c["method"]: c["evaluations"] for c in cost if c["graph"] == r["graph"]}
+        assert {m: r[m] for m in table1.LEARNED} == spent
     assert "## Training cost of the learned methods" in readme.read_text()
     assert (tmp_path / "table1" / "curve_layered_12_d2.png").is_file()
     assert (tmp_path / "table1" / "gantt_layered_16_1_d2.png").is_file()
@@ -353,6 +372,9 @@ def test_benchmarks_end_to_end_on_a_tiny_folder(tmp_path, monkeypatch):
         assert row[row["best"]] == min(row[m] for m in fitting)
     walls = json.loads((out / "wall_s.json").read_text())
     assert all(w[m] >= 0 for w in walls for m in methods[1:])
+    evals = json.loads((out / "evaluations.json").read_text())
+    assert [e["expert (file)"] for e in evals] == [0, 0, None]  # the third file has no split
+    assert all(e["single"] == e["heft"] == 0 < e["placeto"] for e in evals)
     assert len(list(out.glob("gantt_*.png"))) == 3
 
 
@@ -377,5 +399,12 @@ def test_generalization_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         best = min(row["single"], row["heft"])
         assert rel["zero-shot"] == pytest.approx(row["zero-shot"] / best)
         assert min(rel["single"], rel["heft"]) == pytest.approx(1.0)
+    evals = json.loads((out / "evaluations.json").read_text())
+    assert [r["graph"] for r in evals] == [r["graph"] for r in rows]
+    for r in evals:
+        assert r["single"] == r["heft"] == 0
+        # at most 8 nodes: one greedy episode <= 8 steps + 9 ranked; two updates of 4 episodes
+        # alone are 2 x 4 x (nodes + 1) > that
+        assert 0 < r["zero-shot"] <= 17 < r["from-scratch"] and r["fine-tuned"] > 17
     assert (out / "cdf.png").is_file() and (out / "runs" / "cifar10-d4-quick").is_dir()
     assert (out / "gantt_family_cifar10_25.png").is_file()

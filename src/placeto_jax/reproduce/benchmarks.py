@@ -25,7 +25,7 @@ from placeto_jax.graphs.benchmark import (
 from placeto_jax.placers import run_method, scored
 from placeto_jax.placers.base import Solution
 from placeto_jax.reproduce import learned
-from placeto_jax.reproduce.output import SEARCH_METHODS, Recorder, fastest
+from placeto_jax.reproduce.output import EVALUATIONS, SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import PlacetoBench
 
 MS = 1e3  # µs
@@ -126,7 +126,7 @@ def run_benchmarks(
     cases = benchmark_cases(data, settings.folders, settings.kinds)  # read before any work
     recorder = Recorder(root, "benchmarks", preset)
     benches = _placeto_benches(cases, settings)
-    quality, memory, wall = [], [], []
+    quality, memory, wall, evaluations = [], [], [], []
     for case in tqdm(cases, desc="benchmarks", unit="graph", disable=not progress):
         results = _run_case(case, settings, benches)
         best, fits = fastest({m: (r.makespan_ms, r.fits_memory) for m, r in results.items()})
@@ -143,6 +143,7 @@ def run_benchmarks(
         )
         memory.append({"file": case.file, **{m: r.fits_memory for m, r in results.items()}})
         wall.append({"file": case.file, **{m: r.wall_s for m, r in results.items()}})
+        evaluations.append({"file": case.file, **{m: r.evaluations for m, r in results.items()}})
         recorder.gantt(
             "gantt_" + Path(case.file).with_suffix("").as_posix().replace("/", "_"),
             f"Best placement: {case.file}",
@@ -151,7 +152,7 @@ def run_benchmarks(
             results[best].placement,
             best,
         )
-    _write(recorder, quality, memory, wall)
+    _write(recorder, quality, memory, wall, evaluations)
     header = {
         "data": str(data),
         **dataclasses.asdict(settings),
@@ -168,6 +169,7 @@ class Outcome:
     fits_memory: bool | None
     wall_s: float | None  # s, compilation included
     placement: np.ndarray | None  # [N] int64 device per node
+    evaluations: int | None  # simulations it ran (`output.EVALUATIONS`)
 
 
 def _run_case(
@@ -179,30 +181,30 @@ def _run_case(
     for name in BASELINES:
         budget = settings.search_budget if name in SEARCH_METHODS else None
         result = run_method(name, case.graph, case.cluster, key, budget)
-        out[name] = _outcome(result, result.wall_s)
+        out[name] = _outcome(result, result.wall_s, result.evaluations)
     for name in learned.TRAINERS:
         result, _ = learned.train(name, case.graph, case.cluster, key, settings.learned_budget)
-        out[name] = _outcome(result, result.wall_s)
+        out[name] = _outcome(result, result.wall_s, result.evaluations)
     bench, index = benches[case.file]
     fit = bench.fit(index, key)
-    out["placeto"] = _outcome(fit.best, float(fit.curve.wall_s[-1]))
+    out["placeto"] = _outcome(fit.best, float(fit.curve.wall_s[-1]), fit.evaluations)
     return out
 
 
-def _outcome(result, wall_s: float | None) -> Outcome:
+def _outcome(result, wall_s: float | None, evaluations: int | None) -> Outcome:
     """From a PlacerResult or a Placeto Placement (makespan µs)."""
-    return Outcome(result.makespan / MS, result.fits_memory, wall_s, result.placement)
+    return Outcome(result.makespan / MS, result.fits_memory, wall_s, result.placement, evaluations)
 
 
 def _expert(case: Case) -> Outcome:
     if case.expert is None:
-        return Outcome(None, None, None, None)
+        return Outcome(None, None, None, None, None)
     return _outcome(
-        scored("expert (file)", case.graph, case.cluster, Solution(case.expert), 0.0), None
+        scored("expert (file)", case.graph, case.cluster, Solution(case.expert), 0.0), None, 0
     )
 
 
-def _write(recorder: Recorder, quality: list, memory: list, wall: list) -> None:
+def _write(recorder: Recorder, quality: list, memory: list, wall: list, evaluations: list) -> None:
     recorder.table(
         "makespan",
         "Makespan (ms) per benchmark graph",
@@ -221,6 +223,7 @@ def _write(recorder: Recorder, quality: list, memory: list, wall: list) -> None:
         "run, whatever its makespan above.",
     )
     recorder.wall_times(wall)
+    recorder.table("evaluations", "Simulator evaluations per method", evaluations, EVALUATIONS)
 
 
 def _placeto_benches(cases: list[Case], settings: Settings) -> dict[str, tuple[PlacetoBench, int]]:

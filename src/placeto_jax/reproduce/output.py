@@ -22,6 +22,11 @@ from placeto_jax.files import atomic_write, write_result
 from placeto_jax.provenance import git, versions
 
 SEARCH_METHODS = ("local-search", "cross-entropy")  # the baselines that take a search budget
+EVALUATIONS = (
+    "Every placement each method simulated to choose its result, as `place` counts them (the "
+    "final scoring not counted; 0: a rule or a list scheduler). Placeto: its training episodes' "
+    "steps and each greedy evaluation's episode and exact ranking."
+)  # the note of each experiment's `evaluations` table
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "jraph", "chex", "numpy", "scipy", "pymetis")
 
 

@@ -61,6 +61,14 @@ class Fit:
     placement: Placement  # greedy placement of the final policy, exact op-graph makespan
     best: Placement  # best seen at any evaluation or in training (what the curve ends at)
     curve: Curve
+    evaluations: int  # every simulation the run made: the curve's training simulations and
+    #                   each greedy evaluation's (a given start's not counted: run before)
+
+
+def simulations(placement: Placement) -> int:
+    """The simulations behind a greedy placement: its episode's steps and the exact rankings of
+    what it visited (the place pipeline's "episodes" stage)."""
+    return placement.episode_steps + placement.evaluations
 
 
 class PlacetoBench:
@@ -125,6 +133,7 @@ class PlacetoBench:
             placed = self.place(state.params, i, found=state)
             points.append((done * per_update, time.perf_counter() - began, placed))
         placements = [p for _, _, p in points]
+        greedy = placements if start is None else placements[1:]  # the evaluations run here
         scores = [self.score(p) for p in placements]
         best = placements[int(np.argmin(scores))]
         curve = Curve.of(
@@ -134,7 +143,8 @@ class PlacetoBench:
             [p.makespan for p in placements],
             [p.fits_memory for p in placements],
         )
-        return Fit(state.params, placements[-1], best, curve)
+        evaluations = done * per_update + sum(simulations(p) for p in greedy)
+        return Fit(state.params, placements[-1], best, curve, evaluations)
 
     def score(self, placement: Placement) -> float:
         """µs: the placement's penalised makespan (`sim.ranking.penalised_makespan`)."""
