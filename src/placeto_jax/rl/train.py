@@ -41,7 +41,8 @@ from placeto_jax.rl.sharding import EPISODES, replicate, replicated
 
 _CHUNK_NODE_ROWS = 1 << 19  # episodes x padded nodes x steps per gradient chunk (automatic)
 EVAL_KEY = 20190531  # fixed: every greedy evaluation starts from the same initial placements
-_PROPOSAL_NODE_ROWS = 1 << 18  # units observed at once x padded nodes, over the graphs
+_PROPOSAL_NODE_ROWS = 1 << 16  # units observed at once x padded nodes x graphs (CPU, ptb/30:
+#   4 to 16 units at once take 14-15 s a pass, 51 at once 38 s, one at a time 20 s)
 
 
 @jax.tree_util.register_dataclass
