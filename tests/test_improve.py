@@ -11,11 +11,19 @@ import numpy as np
 import pytest
 
 from placeto_jax import Cluster, Graph, simulate
-from placeto_jax.config import Config, EnvConfig, PolicyConfig
+from placeto_jax.config import Config, EnvConfig, PolicyConfig, make_config
 from placeto_jax.env import PlacetoEnv, build_bank, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs import generators
-from placeto_jax.reproduce.improve import Outcome, faster, summary
+from placeto_jax.reproduce.improve import (
+    BENCH_VARIANTS,
+    Outcome,
+    _bench_placed,
+    _from,
+    faster,
+    summary,
+)
+from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.rl.evaluate import Placement, best_of_groupings, place_with
 from placeto_jax.rl.train import make_train, sample_action
 from placeto_jax.stages.starts import start_result, started
@@ -159,7 +167,7 @@ def test_summary_counts_strict_gains_against_each_start():
     def outcome(start_ms: float, placeto_ms: float) -> Outcome:
         placed = Placement("g", np.zeros(4, int), placeto_ms * 1e3, 0.0, 0.0, np.zeros(2), True,
                            4, 4, 1)  # fmt: skip
-        return Outcome("f", "g", 4, "m", start_ms, "m", start_ms, {"v": placed})
+        return Outcome("f", "g", 4, "m", start_ms, "m", start_ms, {"v": placed}, {"v": 0})
 
     found = summary([outcome(10.0, 9.0), outcome(10.0, 10.0)], "v")
     assert found["graphs"] == 2 and found["strictly faster"] == 0.5
@@ -192,3 +200,24 @@ def test_the_best_of_several_groupings_fits_memory_first_and_counts_every_one():
     assert best_of_groupings([[over[0]], [over[1]]])[0].n_nodes == 8
     with pytest.raises(ValueError, match="no placements"):
         best_of_groupings([])
+
+
+def test_each_benchmark_variant_counts_its_training_and_its_sampled_episodes():
+    config = make_config(None, ["train.iterations=1", "train.episodes=4", "policy.rounds=1",
+                                "run.eval_every=1", "run.buckets=8"], n_devices=2)  # fmt: skip
+    graphs = started([prepare("chains", two_chains())], CLUSTER, "best", jax.random.key(0))
+    benches = {o: PlacetoBench(_from(config, o), graphs, CLUSTER) for o in ("random", "start")}
+    key = jax.random.key(3)
+    placed, evals = _bench_placed(benches, 0, 3, key)
+    assert set(placed) == set(evals) == {v.name for v in BENCH_VARIANTS}
+    fit = benches["start"].fit(0, key)
+    # one update of 4 episodes x (4 steps + the initial placement); two greedy evaluations
+    # (before and after it) of 4 steps and 1 to 5 distinct placements, the second with the
+    # placement training found too (up to 6)
+    assert 20 + 2 * 4 + 2 <= fit.evaluations == evals[BENCH_VARIANTS[1].name] <= 20 + 8 + 11
+    assert 20 + 2 * 4 + 2 <= evals[BENCH_VARIANTS[0].name] <= 20 + 8 + 11
+    for v in BENCH_VARIANTS[2:]:  # its 3 sampled episodes and the greedy one, ranked
+        bench = benches["start"]
+        (sampled,) = place_with(bench.run, fit.params, bench.graph_env_params(0), graphs,
+                                CLUSTER, 3, key, v.temperature)  # fmt: skip
+        assert evals[v.name] == fit.evaluations + 4 * 4 + sampled.evaluations

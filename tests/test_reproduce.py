@@ -17,8 +17,9 @@ from placeto_jax import Graph
 from placeto_jax.cli import main
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
+from placeto_jax.graphs.io import save_graph
 from placeto_jax.plotting import draw_learning_curves
-from placeto_jax.reproduce import benchmarks, generalization, improve, table1
+from placeto_jax.reproduce import ablations, benchmarks, generalization, improve, sweep, table1
 from placeto_jax.reproduce.output import (
     Recorder,
     cell,
@@ -295,6 +296,26 @@ def test_reproduce_improve_takes_its_start_and_other_experiments_refuse_one(
     assert calls == [(str(tmp_path), "quick", True, None, "best-op"),
                      (str(tmp_path), "quick", False, None, "best")]  # fmt: skip
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_ablations_write_every_variants_evaluations_over_its_seeds(tmp_path, monkeypatch):
+    graph = tmp_path / "g.json"
+    save_graph(TWO_CHAINS, graph)
+    monkeypatch.setattr(
+        ablations, "QUICK", ablations.Settings(str(graph), 2, 2, ("run.buckets=8",))
+    )
+    monkeypatch.setattr(ablations, "VARIANTS", ablations.VARIANTS[:2])
+    trained = iter([np.array([90, 91]), np.array([100, 103])])  # per seed (`sweep.Runs`)
+
+    def fake_train_points(config, points, seeds, graphs):
+        ones = np.ones((1, seeds, len(graphs)))
+        return sweep.Runs(None, np.ones((1, seeds, 4)), ones, ones, 2 * ones, next(trained)[None])
+
+    monkeypatch.setattr(ablations, "train_points", fake_train_points)
+    readme = ablations.run_ablations(tmp_path / "results", quick=True, progress=False)
+    evals = json.loads((readme.parent / "evaluations.json").read_text())
+    assert evals == [{"graph": str(graph), "full Placeto": 181, "no message passing": 203}]
+    assert "## Simulator evaluations per method" in readme.read_text()
 
 
 # ---------------------------------------------------------------------- end to end (slow)

@@ -17,6 +17,7 @@ from placeto_jax.env import prepare
 from placeto_jax.env.bank import build_bank
 from placeto_jax.graphs.io import save_graph
 from placeto_jax.reproduce import sweep
+from placeto_jax.rl.evaluate import place_with
 from placeto_jax.rl.loop import cluster_of
 from placeto_jax.rl.train import make_train
 
@@ -179,6 +180,21 @@ def test_greedy_makespans_are_exact_and_never_worse_than_the_initial(grid_runs):
     assert np.all(runs[0].makespans >= 300.0)  # a chain of three ops at least
 
 
+@pytest.mark.slow
+def test_every_seed_counts_its_training_and_greedy_simulations(grid_runs):
+    config, _, graphs, runs = grid_runs
+    run = make_train(config, build_bank(graphs), cluster_of(config))
+    for point_runs in runs:
+        assert point_runs.evaluations.shape == (2,)
+        for s in range(2):
+            params = jax.tree.map(lambda x, s=s: x[s], point_runs.params)
+            (greedy,) = place_with(run, params, run.env_params, graphs, cluster_of(config))
+            assert greedy.episode_steps == 6  # one pass over six nodes
+            # 3 updates x 4 episodes x (6 steps + the initial placement), then the greedy
+            # episode's steps and its distinct placements ranked exactly
+            assert point_runs.evaluations[s] == 3 * 4 * 7 + 6 + greedy.evaluations
+
+
 @pytest.mark.slow  # about 50 s of compilation; the default suite's budget is 10 minutes
 def test_a_sweep_writes_its_report_with_the_best_row_first(tmp_path, monkeypatch):
     path = tmp_path / "g.json"
@@ -193,5 +209,19 @@ def test_a_sweep_writes_its_report_with_the_best_row_first(tmp_path, monkeypatch
     assert len(rows) == 2 and rows[0]["rank"] == 1
     assert rows[0]["makespan_ms"] == min(r["makespan_ms"] for r in rows)
     assert f"Best: **{rows[0]['setting']}**" in readme.read_text()
+    (evals,) = json.loads((readme.parent / "evaluations.json").read_text())
+    assert evals["graphs"] == str(path)
+    for label in ("lr=0.001", "lr=0.03"):  # 2 seeds x (84 trained, 6 steps, 1 to 7 ranked)
+        assert 2 * (84 + 6 + 1) <= evals[label] <= 2 * (84 + 6 + 7)
     header = json.loads((readme.parent / "header.json").read_text())
     assert header["config"]["programs"] == 1 and header["seeds"] == [0, 1]
+
+
+def test_training_simulations_count_each_episode_on_the_graph_it_plays():
+    # per episode: its initial placement and one step per node (one pass); 4 episodes an update
+    three = Graph.from_edges([1.0] * 3, [1.0] * 3, [(0, 1), (1, 2)])
+    graphs = [prepare("six", GRAPH), prepare("three", three)]
+    for extra, expected in (([], 3 * (2 * 7 + 2 * 4)), (["train.graphs_per_update=1"], 72)):
+        config = make_config(None, SMALL + extra, n_devices=2)  # 72: updates 0, 2 on six, 1 three
+        run = make_train(config, build_bank(graphs, config.run.buckets), cluster_of(config))
+        assert sweep.training_simulations(run, graphs) == expected

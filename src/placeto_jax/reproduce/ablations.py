@@ -18,8 +18,15 @@ from tqdm.auto import tqdm
 
 from placeto_jax.config import Config, make_config, to_dict
 from placeto_jax.reproduce import sweep
-from placeto_jax.reproduce.output import Recorder
-from placeto_jax.reproduce.sweep import MS, TAIL_FRACTION, Point, Runs, train_points
+from placeto_jax.reproduce.output import EVALUATIONS, Recorder
+from placeto_jax.reproduce.sweep import (
+    MS,
+    TAIL_FRACTION,
+    Point,
+    Runs,
+    evaluation_row,
+    train_points,
+)
 from placeto_jax.rl.loop import load_graphs
 
 
@@ -87,6 +94,12 @@ def run_ablations(out_root: str | Path, quick: bool, progress: bool = True) -> P
         f"single-device makespan ({runs[0].single.mean() / MS:.4g} ms) / makespan; final_runtime: "
         f"sampled episodes' final runtime / initial over the last {TAIL_FRACTION:.0%} of the "
         "updates.",
+    )
+    recorder.table(
+        "evaluations",
+        "Simulator evaluations per method",
+        [evaluation_row({"graph": settings.graph}, [v.name for v in VARIANTS], runs)],
+        note=f"{EVALUATIONS} Per variant: its {settings.seeds} seeds' together.",
     )
     recorder.figure(
         "curves",

@@ -23,8 +23,8 @@ from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.pipeline import Policy, place_many
 from placeto_jax.placers import PlacerResult, best_heuristic, fast_heuristics
 from placeto_jax.reproduce.benchmarks import benchmark_cases
-from placeto_jax.reproduce.output import Recorder
-from placeto_jax.reproduce.placeto import PlacetoBench
+from placeto_jax.reproduce.output import EVALUATIONS, Recorder
+from placeto_jax.reproduce.placeto import PlacetoBench, simulations
 from placeto_jax.reproduce.programs import release_compiled_programs
 from placeto_jax.rl.evaluate import Placement, place_with
 from placeto_jax.rl.loop import cluster_of, load_graphs
@@ -114,6 +114,7 @@ class Outcome:
     heuristic: str  # the best fast heuristic on the op graph (a reference, not the start)
     heuristic_ms: float
     placed: dict[str, Placement]  # variant name -> its placement
+    evaluations: dict[str, int]  # variant name -> the simulations it ran (`output.EVALUATIONS`)
 
 
 def run_improve(
@@ -179,15 +180,16 @@ def family_outcomes(family: str, settings: Settings, key: jax.Array) -> list[Out
         for origin in ("random", "start")
     }
     placed: dict[str, list[Placement]] = {}
+    evaluations: dict[str, list[int]] = {}  # every stage's simulations, as `place` counts them
     for v in VARIANTS:
         policy = Policy(apply(config, {"env.passes": v.passes}), params[v.trained_from])
-        placed[v.name] = [
-            p.result
-            for p in place_many(named, cluster, variant_pipeline(v, settings), policy, key,
-                                compare=False, heuristics=heuristics)
-        ]  # fmt: skip
+        done = place_many(named, cluster, variant_pipeline(v, settings), policy, key,
+                          compare=False, heuristics=heuristics)  # fmt: skip
+        placed[v.name] = [p.result for p in done]
+        evaluations[v.name] = [p.evaluations for p in done]
+    both = (placed, evaluations)
     return [
-        _outcome(family, pg, cluster, key, {v: p[i] for v, p in placed.items()})
+        _outcome(family, pg, cluster, key, *({v: x[i] for v, x in d.items()} for d in both))
         for i, pg in enumerate(test)
     ]
 
@@ -229,8 +231,8 @@ def bench_outcomes(cases, settings: Settings, key: jax.Array, progress: bool) ->
         graphs = started(graphs, cluster, settings.start, key)
         benches = {o: PlacetoBench(_from(config, o), graphs, cluster) for o in ("random", "start")}
         for i, pg in enumerate(graphs):
-            placed = _bench_placed(benches, i, settings.samples, key)
-            out.append(_outcome("benchmarks", pg, cluster, key, placed))
+            placed, evaluations = _bench_placed(benches, i, settings.samples, key)
+            out.append(_outcome("benchmarks", pg, cluster, key, placed, evaluations))
             bar.update()
     bar.close()
     return out
@@ -238,27 +240,36 @@ def bench_outcomes(cases, settings: Settings, key: jax.Array, progress: bool) ->
 
 def _bench_placed(
     benches: dict[str, PlacetoBench], i: int, samples: int, key: jax.Array
-) -> dict[str, Placement]:
+) -> tuple[dict[str, Placement], dict[str, int]]:
     """The benchmark variants on graph `i`: the best greedy placement seen while training (from
     random placements, from the start), and the start-trained one's K samples added (at each
-    sampled variant's temperature)."""
+    sampled variant's temperature); with each variant's simulations (its training run's
+    `Fit.evaluations`, and its sampled episodes' `simulations`)."""
     paper, start = benches["random"].fit(i, key), benches["start"].fit(i, key)
     bench = benches["start"]
 
-    def kept(v: Variant) -> Placement:
+    def kept(v: Variant) -> tuple[Placement, int]:
+        if v.trained_from == "random":
+            return paper.best, paper.evaluations
         if not v.samples:
-            return start.best
+            return start.best, start.evaluations
         (sampled,) = place_with(
             bench.run, start.params, bench.graph_env_params(i), [bench.graphs[i]], bench.cluster,
             samples, key, v.temperature,
         )  # fmt: skip
-        return min((start.best, sampled), key=bench.score)
+        return min((start.best, sampled), key=bench.score), start.evaluations + simulations(sampled)
 
-    return {v.name: paper.best if v.trained_from == "random" else kept(v) for v in BENCH_VARIANTS}
+    found = {v.name: kept(v) for v in BENCH_VARIANTS}
+    return {n: p for n, (p, _) in found.items()}, {n: e for n, (_, e) in found.items()}
 
 
 def _outcome(
-    source: str, pg: PlacementGraph, cluster: Cluster, key: jax.Array, placed: dict[str, Any]
+    source: str,
+    pg: PlacementGraph,
+    cluster: Cluster,
+    key: jax.Array,
+    placed: dict[str, Any],
+    evaluations: dict[str, int],
 ) -> Outcome:
     start = placed[IMPROVED]
     reference: PlacerResult = best_heuristic(pg.op_graph or pg.graph, cluster, key)
@@ -271,6 +282,7 @@ def _outcome(
         heuristic=reference.method,
         heuristic_ms=reference.makespan / MS,
         placed=placed,
+        evaluations=evaluations,
     )
 
 
@@ -328,6 +340,16 @@ def _write(recorder: Recorder, outcomes: list[Outcome], settings: Settings) -> N
         "divided by t), from the same start. "
         "Makespans are exact op-graph simulations; `exact evaluations`: distinct placements "
         "simulated exactly to choose the returned one.",
+    )
+    recorder.table(
+        "evaluations",
+        "Simulator evaluations per method",
+        [{"source": o.source, "graph": o.graph, **o.evaluations} for o in outcomes],
+        note=f"{EVALUATIONS} Family graphs: every stage of the place pipeline (with `best-op` "
+        "starts, the heuristics stage too); the family policies' training, shared by the "
+        "family's graphs, not counted. Benchmark files: Placeto's training on the file and its "
+        "greedy evaluations, the sampled variants' K episodes and exact rankings added; the "
+        "start, run before training, not counted.",
     )
     sources = sorted({o.source for o in outcomes}, key=[o.source for o in outcomes].index)
     levers = []

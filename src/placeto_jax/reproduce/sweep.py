@@ -30,7 +30,8 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config, apply, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.plotting import draw_sweep_curves
-from placeto_jax.reproduce.output import Recorder
+from placeto_jax.reproduce.output import EVALUATIONS, Recorder
+from placeto_jax.reproduce.placeto import simulations
 from placeto_jax.rl.evaluate import Placement, rank_visited
 from placeto_jax.rl.loop import cluster_of, load_graphs
 from placeto_jax.rl.train import Hyper, Train, make_train
@@ -67,11 +68,16 @@ class Runs:
     makespans: np.ndarray  # [P, S, G] µs, exact op-graph makespan of the greedy placement
     initial: np.ndarray  # [P, S, G] µs, that of the greedy episode's initial placement
     single: np.ndarray  # [P, S, G] µs, that of every op on one device
+    evaluations: np.ndarray  # [P, S] int64 simulations each seed ran: its training episodes'
+    #                          (`training_simulations`) and its greedy placements' (`simulations`)
 
     def point(self, j: int) -> Runs:
         """Point j's runs: arrays [S, ...]."""
         params = jax.tree.map(lambda x: x[j], self.params)
-        return Runs(params, self.curves[j], self.makespans[j], self.initial[j], self.single[j])
+        return Runs(
+            params, self.curves[j], self.makespans[j], self.initial[j], self.single[j],
+            self.evaluations[j],
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------- the grid
@@ -198,6 +204,7 @@ def train_points(
         seed_keys(seeds, n_points), point_hypers(points, seeds)
     )
     placements = greedy_placements(run, states.params, graphs, cluster)
+    greedy = np.array([sum(simulations(p) for p in row) for row in placements], np.int64)
 
     def field(name: str) -> np.ndarray:
         values = [[getattr(p, name) for p in row] for row in placements]
@@ -209,7 +216,18 @@ def train_points(
         makespans=field("makespan"),
         initial=field("initial_makespan"),
         single=field("single_device_makespan"),
+        evaluations=(training_simulations(run, graphs) + greedy).reshape(n_points, seeds),
     )
+
+
+def training_simulations(run: Train, graphs: list[PlacementGraph]) -> int:
+    """Simulations one seed's training ran: per update, each episode's initial placement and
+    one per step (`env.passes` x the units of the graph it plays, `Trainer.episode_graphs`)."""
+    config = run.trainer.config
+    updates = jnp.arange(config.train.iterations, dtype=jnp.int32)
+    played = np.asarray(jax.vmap(lambda t: run.trainer.episode_graphs(t, run.env_params))(updates))
+    per_episode = np.array([config.env.passes * pg.n_units + 1 for pg in graphs], np.int64)
+    return int(per_episode[played].sum())
 
 
 def greedy_placements(
@@ -222,9 +240,12 @@ def greedy_placements(
     visited = np.asarray(visit(params))  # [K, T + 1, G, N] int8
     passes = run.trainer.config.env.passes
     steps = [passes * pg.n_units + 1 for pg in graphs]
-    return [
+    ranked = [
         [rank_visited(pg, cluster, one[: steps[i], i]) for i, pg in enumerate(graphs)]
         for one in visited
+    ]  # with the episode's steps, as `place_with` counts them:
+    return [
+        [dataclasses.replace(p, episode_steps=p.n_units * passes) for p in row] for row in ranked
     ]
 
 
@@ -273,6 +294,13 @@ def summary_rows(points: Sequence[Point], runs: Sequence[Runs]) -> list[dict[str
     return [{"rank": i + 1, **r} for i, r in enumerate(rows)]
 
 
+def evaluation_row(
+    row: dict[str, Any], names: Sequence[str], runs: Sequence[Runs]
+) -> dict[str, Any]:
+    """`row` with, per method (a grid point or a variant), the simulations of all its seeds."""
+    return row | {n: int(r.evaluations.sum()) for n, r in zip(names, runs, strict=True)}
+
+
 def base_config(preset: str | None, devices: int, quick: bool) -> Config:
     """The sweep's base: the preset (tiny when quick and none is given), with the quick sizes."""
     if devices < 1:
@@ -313,6 +341,12 @@ def run_sweep(
         "greedy placement (mean over graphs, then mean and std over seeds); final_runtime: "
         f"sampled episodes' final runtime / initial over the last {TAIL_FRACTION:.0%} of the "
         "updates.",
+    )
+    recorder.table(
+        "evaluations",
+        "Simulator evaluations per method",
+        [evaluation_row({"graphs": graphs}, [p.label or "(base config)" for p in points], runs)],
+        note=f"{EVALUATIONS} Per grid point: its {seeds} seeds' together, on every graph.",
     )
     recorder.figure(
         "curves",
