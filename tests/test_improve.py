@@ -15,6 +15,7 @@ from placeto_jax.config import Config, EnvConfig, PolicyConfig, make_config
 from placeto_jax.env import PlacetoEnv, build_bank, prepare
 from placeto_jax.env.start import with_start
 from placeto_jax.graphs import generators
+from placeto_jax.placers import FAST_HEURISTICS
 from placeto_jax.reproduce.improve import (
     BENCH_VARIANTS,
     Outcome,
@@ -26,7 +27,7 @@ from placeto_jax.reproduce.improve import (
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.rl.evaluate import Placement, best_of_groupings, place_with
 from placeto_jax.rl.train import make_train, sample_action
-from placeto_jax.stages.starts import start_result, started
+from placeto_jax.stages.starts import heuristic_start, start_result, started
 
 # Two devices, fast buses, no overheads: makespans by hand.
 CLUSTER = Cluster(n_devices=2, speed=1.0, bandwidth=1000.0, delta1=0.0, delta2=0.0)
@@ -214,10 +215,17 @@ def test_each_benchmark_variant_counts_its_training_and_its_sampled_episodes():
     # one update of 4 episodes x (4 steps + the initial placement); two greedy evaluations
     # (before and after it) of 4 steps and 1 to 5 distinct placements, the second with the
     # placement training found too (up to 6)
-    assert 20 + 2 * 4 + 2 <= fit.evaluations == evals[BENCH_VARIANTS[1].name] <= 20 + 8 + 11
+    # The variants trained from the start add its simulations: 8 heuristics, each its own
+    # and one to score it.
+    runs = [heuristic_start(prepare("chains", two_chains()), CLUSTER, m, jax.random.key(0))
+            for m in FAST_HEURISTICS]  # fmt: skip
+    start_cost = sum(r.evaluations + 1 for r in runs)
+    assert graphs[0].start.evaluations == start_cost >= len(FAST_HEURISTICS)
+    assert 20 + 2 * 4 + 2 <= fit.evaluations <= 20 + 8 + 11
+    assert evals[BENCH_VARIANTS[1].name] == fit.evaluations + start_cost
     assert 20 + 2 * 4 + 2 <= evals[BENCH_VARIANTS[0].name] <= 20 + 8 + 11
     for v in BENCH_VARIANTS[2:]:  # its 3 sampled episodes and the greedy one, ranked
         bench = benches["start"]
         (sampled,) = place_with(bench.run, fit.params, bench.graph_env_params(0), graphs,
                                 CLUSTER, 3, key, v.temperature)  # fmt: skip
-        assert evals[v.name] == fit.evaluations + 4 * 4 + sampled.evaluations
+        assert evals[v.name] == fit.evaluations + start_cost + 4 * 4 + sampled.evaluations

@@ -10,11 +10,12 @@ import pytest
 
 import placeto_jax as pj
 from placeto_jax import pipeline as pipeline_module
-from placeto_jax.config import Config, PolicyConfig, make_pipeline
+from placeto_jax.config import Config, Pipeline, PolicyConfig, make_pipeline
 from placeto_jax.env.bank import build_bank, prepare
 from placeto_jax.graphs import generators
-from placeto_jax.placers import fast_heuristics, fastest_fitting
+from placeto_jax.placers import FAST_HEURISTICS, fast_heuristics, fastest_fitting
 from placeto_jax.rl.train import make_train
+from placeto_jax.stages.starts import heuristic_start
 
 CLUSTER = pj.Cluster.preset("placeto-k80", 2)
 
@@ -118,3 +119,21 @@ def test_a_graph_is_placed_alike_alone_and_beside_others():
     np.testing.assert_array_equal(together.result.placement, alone.result.placement)
     assert together.result.makespan == alone.result.makespan
     assert together.result.initial_makespan == alone.result.initial_makespan
+
+
+def test_a_start_counts_the_simulations_that_found_it():
+    # `best`: the 8 fast heuristics on the grouped graph, each its own simulations and one to
+    # score it; a single method: its own and one; best-op's are the heuristics stage's.
+    graph = _graph()
+    policy = _untrained_policy(graph)
+    placed = pj.place(graph, CLUSTER, Pipeline(start="best"), policy, compare=False)
+    start, episodes = placed.stages
+    assert (start.name, episodes.name) == ("start", "episodes")
+    pg = prepare("graph", graph, policy.config.run.group_target, CLUSTER.delta1)
+    runs = [heuristic_start(pg, CLUSTER, m, jax.random.key(0)) for m in FAST_HEURISTICS]
+    assert start.evaluations == sum(r.evaluations + 1 for r in runs)
+    assert start.makespan == pytest.approx(fastest_fitting(runs).makespan)
+    single = pj.place(graph, CLUSTER, Pipeline(start="single"), policy, compare=False)
+    assert (single.stages[0].name, single.stages[0].evaluations) == ("start", 1)
+    best_op = pj.place(graph, CLUSTER, Pipeline(start="best-op"), policy, compare=False)
+    assert [s.name for s in best_op.stages] == ["heuristics", "episodes"]

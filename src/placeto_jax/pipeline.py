@@ -123,7 +123,7 @@ def _restore_params(checkpoint: str, config: Config) -> Any:
 class Stage:
     """What one stage of the pipeline did to one graph's placement."""
 
-    name: str  # "heuristics", "episodes", "search-groups", "search-ops", "random",
+    name: str  # "heuristics", "start", "episodes", "search-groups", "search-ops", "random",
     #            "second-start" or "squeeze"
     evaluations: int  # simulations it ran (episode steps, search steps and exact rankings)
     wall_s: float  # s, the stage's wall time over the graphs it ran on, shared evenly
@@ -281,6 +281,8 @@ def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, l
         at = config if target is None else apply(config, {"run.group_target": target})
         graphs = [prepare(n, g, at.run.group_target, cluster.delta1) for n, g in named]
         groupings.append((at, starting_graphs(graphs, at, start, key, cluster, heuristics)))
+    start_s = (time.perf_counter() - began) / len(named)
+    began = time.perf_counter()
     per_grouping = [
         place_graphs(at, policy.params, graphs, cluster, pipeline.samples, key,
                      pipeline.temperature, found=policy.found)
@@ -289,7 +291,10 @@ def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, l
     placed = best_of_groupings(per_grouping)
     wall = (time.perf_counter() - began) / len(named)
     kept = [groupings[k][1][i] for i, k in enumerate(kept_groupings(per_grouping))]
-    for stages, p in zip(log, placed, strict=True):
+    for i, (stages, p) in enumerate(zip(log, placed, strict=True)):
+        found = sum(g[i].start.evaluations for _, g in groupings if g[i].start is not None)
+        if found:  # the start's own simulations (best-op's are the heuristics stage's)
+            stages.append(Stage("start", found, start_s, p.initial_makespan))
         stages.append(Stage("episodes", p.episode_steps + p.evaluations, wall, p.makespan))
     return placed, kept
 

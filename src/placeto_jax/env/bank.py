@@ -21,6 +21,7 @@ class Start:
 
     name: str  # where it came from: a heuristic's name, "single", a file's path
     placement: np.ndarray  # [N] int64 device per node of the grouped graph (ties kept)
+    evaluations: int = 0  # simulations run to find it not counted elsewhere
 
 
 @dataclasses.dataclass(frozen=True)

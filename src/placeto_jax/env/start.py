@@ -26,17 +26,20 @@ def with_start(
     name: str,
     n_devices: int,
     op_overhead_us: float = 0.0,
+    evaluations: int = 0,
 ) -> PlacementGraph:
     """`pg` whose episodes start from `op_placement` ([N_ops] device per op of its op graph),
     regrouped within the start when the start splits one of its units (see the module
-    docstring; `op_overhead_us` as in `prepare`). ValueError for a placement of the wrong length,
-    a device out of range, or a co-location class of the op graph split over devices."""
+    docstring; `op_overhead_us` as in `prepare`; `evaluations`: the simulations that found
+    it). ValueError for a placement of the wrong length, a device out of range, or a
+    co-location class of the op graph split over devices."""
     op_graph = pg.op_graph or pg.graph
     devices = checked_start(op_graph, op_placement, n_devices, name)
     op_to_group = np.arange(op_graph.n_ops) if pg.op_to_group is None else pg.op_to_group
     key = pg.graph.colocation_classes[op_to_group] * n_devices + devices
     if np.unique(key).size == pg.n_units:
-        return dataclasses.replace(pg, start=Start(name, _node_devices(op_to_group, devices)))
+        start = Start(name, _node_devices(op_to_group, devices), evaluations)
+        return dataclasses.replace(pg, start=start)
     regrouped = prepare(pg.name, dataclasses.replace(op_graph, colocation=key), 0, op_overhead_us)
     op_to_group = (
         np.arange(op_graph.n_ops) if regrouped.op_to_group is None else regrouped.op_to_group
@@ -46,7 +49,7 @@ def with_start(
         regrouped.graph,
         op_graph,
         op_to_group,
-        Start(name, _node_devices(op_to_group, devices)),
+        Start(name, _node_devices(op_to_group, devices), evaluations),
     )
 
 

@@ -25,7 +25,7 @@ from placeto_jax.placers import (
     FAST_HEURISTICS,
     METHODS,
     PlacerResult,
-    best_heuristic,
+    fast_heuristics,
     fastest_fitting,
     scored,
 )
@@ -59,18 +59,33 @@ def start_result(
     first), "best-op" (the same on the op graph; `heuristics`: their results there, when
     already run), or a placement file. ValueError for anything else, or a file that does not
     place the op graph."""
+    return start_and_cost(pg, cluster, spec, key, heuristics)[0]
+
+
+def start_and_cost(
+    pg: PlacementGraph,
+    cluster: Cluster,
+    spec: str,
+    key: jax.Array,
+    heuristics: list[PlacerResult] | None = None,
+) -> tuple[PlacerResult, int]:
+    """`start_result` and the simulations it ran: each heuristic's own and one to score it
+    (none for `heuristics` already run), one to score a file."""
     if spec == "best":
-        return fastest_fitting([heuristic_start(pg, cluster, m, key) for m in FAST_HEURISTICS])
+        results = [heuristic_start(pg, cluster, m, key) for m in FAST_HEURISTICS]
+        return fastest_fitting(results), sum(r.evaluations + 1 for r in results)
     if spec == "best-op" and heuristics is not None:
-        return fastest_fitting(heuristics)
+        return fastest_fitting(heuristics), 0
     if spec == "best-op":
-        return best_heuristic(pg.op_graph or pg.graph, cluster, key)
+        results = fast_heuristics(pg.op_graph or pg.graph, cluster, key)
+        return fastest_fitting(results), sum(r.evaluations + 1 for r in results)
     if spec in START_METHODS:
-        return heuristic_start(pg, cluster, spec, key)
+        result = heuristic_start(pg, cluster, spec, key)
+        return result, result.evaluations + 1
     check_start(spec)
     op_graph = pg.op_graph or pg.graph
     placement = load_placement(spec, op_graph, cluster.n_devices)
-    return scored(spec, op_graph, cluster, Solution(placement), 0.0)
+    return scored(spec, op_graph, cluster, Solution(placement), 0.0), 1
 
 
 def check_start(spec: str) -> None:
@@ -93,10 +108,12 @@ def started(
 ) -> list[PlacementGraph]:
     """`graphs` whose episodes start from `spec` (`start_result`; `heuristics`: per graph, the
     fast heuristics' results on its op graph when already run), each start named by the
-    method that made it ("m-sct (best)" for `best`, "m-sct (best-op)" for `best-op`)."""
+    method that made it ("m-sct (best)" for `best`, "m-sct (best-op)" for `best-op`) and the
+    simulations that found it (`Start.evaluations`)."""
     out = []
     for i, pg in enumerate(graphs):
-        result = start_result(pg, cluster, spec, key, heuristics and heuristics[i])
+        result, cost = start_and_cost(pg, cluster, spec, key, heuristics and heuristics[i])
         name = f"{result.method} ({spec})" if spec in ("best", "best-op") else result.method
-        out.append(with_start(pg, result.placement, name, cluster.n_devices, cluster.delta1))
+        out.append(with_start(pg, result.placement, name, cluster.n_devices, cluster.delta1,
+                              cost))  # fmt: skip
     return out
