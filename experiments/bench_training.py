@@ -31,6 +31,7 @@ from placeto_jax.report import format_table
 from placeto_jax.rl import construct_loop
 from placeto_jax.rl.loop import cluster_of
 from placeto_jax.rl.train import make_train
+from placeto_jax.stages.teachers import teachers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +78,8 @@ def measure_construct(graph_spec: str, nodes: int, batch: int, updates: int, dev
     config = make_config("construct", settings, n_devices=devices)
     cluster = cluster_of(config)
     pg = prepare(graph_spec, resolve_graph(graph_spec), nodes, cluster.delta1)
-    run = construct_loop.Run.make(config, [("g", pg.graph)], cluster)
+    named = [("g", pg.graph)]
+    run = construct_loop.Run.make(config, named, cluster, teachers(named, cluster, config.seed))
     state = construct_loop.initial_state(config, run.bank, np.asarray(run.teacher),
                                          run.reference)  # fmt: skip
     tic = time.perf_counter()

@@ -28,6 +28,7 @@ from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import best_heuristic
 from placeto_jax.report import format_table
 from placeto_jax.rl import construct_loop as cl
+from placeto_jax.stages.teachers import best_teacher, teachers
 
 CACHE = os.environ.get("HEURISTIC_CACHE", "/tmp/best_heuristic_cache.json")
 
@@ -50,7 +51,10 @@ def _cell(value) -> str:
 
 def placed_ratio(config, params, name, graph, cluster, args, mode="policy") -> float:
     """The best of the pipeline's episodes (exact simulation) on `graph`, in µs."""
-    bank, _ = cl.placing_bank(config, name, graph, cluster, jax.random.key(0))
+    hints = None
+    if config.env.construct_hint == "best":
+        hints = [best_teacher(graph, cluster, jax.random.key(0))[0].placement]
+    bank = cl.Bank.of([(name, graph)], cluster, hints)
     key = jax.random.fold_in(jax.random.key(7), int(graph.digest[:8], 16))
     rows = cl.candidates(config, params, bank, 0, key, args.samples, args.temperature, mode)
     by_position = np.stack([bank.built[0].by_position(r) for r in rows])[None]
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     named = [(n, resolve_graph(n)) for n in train_names]
     workdir = args.workdir or tempfile.mkdtemp(prefix="construct-")
-    state = cl.train_in(config, named, cluster, workdir)
+    state = cl.train_in(config, named, cluster, workdir, teachers(named, cluster, config.seed))
     train_s = time.perf_counter() - began
     untrained = cl.initial_state(config, cl.Bank.of(named[:1], cluster)).params
     test_names = [

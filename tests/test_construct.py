@@ -21,6 +21,7 @@ from placeto_jax.graphs.core import Graph
 from placeto_jax.placers.timeline import Timeline
 from placeto_jax.rl import construct_loop as loop
 from placeto_jax.sim.api import simulate
+from placeto_jax.stages.teachers import best_teacher, teachers
 
 CLUSTER = Cluster.preset("placeto-k80", 2)  # delta1 5.7 µs, delta2 25 µs, 7,600 bytes/µs
 
@@ -180,13 +181,15 @@ def test_imitation_learns_a_teachers_placement(tmp_path):
     # episode places them as the teacher does (devices named in order of first use).
     config = apply(_config(imitation=60), {"train.learning_rate": 1e-2})
     named = [("g", _two_chains())]
-    state = loop.train_in(config, named, CLUSTER, tmp_path, progress=False)
+    state = loop.train_in(
+        config, named, CLUSTER, tmp_path, teachers(named, CLUSTER, config.seed), progress=False
+    )
     losses = [
         json.loads(line)["train/imitation_loss"] for line in (tmp_path / "metrics.jsonl").open()
     ]
     assert losses[-1] < 0.5 * losses[0]
     bank = loop.Bank.of(named, CLUSTER)
-    teacher, reference = loop.teachers(bank, CLUSTER, jax.random.key(0))
+    teacher, reference = loop.teacher_rows(bank, CLUSTER, teachers(named, CLUSTER, 0))
     greedy = loop.candidates(config, state.params, bank, 0, jax.random.key(0))[0]
     np.testing.assert_array_equal(bank.built[0].by_position(greedy)[:6], teacher[0, :6])
     assert float(simulate(_two_chains(), CLUSTER, greedy).makespan) == pytest.approx(reference[0])
@@ -213,9 +216,31 @@ def test_a_killed_run_resumes_to_the_uninterrupted_parameters(tmp_path):
     config = _config(imitation=4, iterations=3, episodes=2, graphs_per_update=1)
     config = apply(config, {"run.checkpoint_every": 2})
     named = [("a", _two_chains()), ("b", _fork())]
-    whole = loop.train_in(config, named, CLUSTER, tmp_path / "whole", progress=False)
-    loop.train_in(config, named, CLUSTER, tmp_path / "cut", progress=False, stop_at=5)
-    resumed = loop.train_in(config, named, CLUSTER, tmp_path / "cut", progress=False)
+    whole = loop.train_in(
+        config,
+        named,
+        CLUSTER,
+        tmp_path / "whole",
+        teachers(named, CLUSTER, config.seed),
+        progress=False,
+    )
+    loop.train_in(
+        config,
+        named,
+        CLUSTER,
+        tmp_path / "cut",
+        teachers(named, CLUSTER, config.seed),
+        progress=False,
+        stop_at=5,
+    )
+    resumed = loop.train_in(
+        config,
+        named,
+        CLUSTER,
+        tmp_path / "cut",
+        teachers(named, CLUSTER, config.seed),
+        progress=False,
+    )
     assert int(resumed.iteration) == 7
     chex.assert_trees_all_equal(resumed.params, whole.params)
     records = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").open()]
@@ -227,7 +252,9 @@ def test_a_killed_run_resumes_to_the_uninterrupted_parameters(tmp_path):
 def test_zero_updates_write_the_untrained_policy_as_a_checkpoint(tmp_path):
     config = _config(imitation=0, iterations=0)
     named = [("a", _two_chains())]
-    loop.train_in(config, named, CLUSTER, tmp_path, progress=False)
+    loop.train_in(
+        config, named, CLUSTER, tmp_path, teachers(named, CLUSTER, config.seed), progress=False
+    )
     restored = pj.Policy.load(str(tmp_path))
     fresh = loop.initial_state(config, loop.Bank.of(named, CLUSTER)).params
     chex.assert_trees_all_equal(restored.params, fresh)
@@ -236,7 +263,8 @@ def test_zero_updates_write_the_untrained_policy_as_a_checkpoint(tmp_path):
 def test_the_pipeline_places_with_a_construct_policy_alike_alone_and_among_others(tmp_path):
     config = _config(imitation=10)
     graph = _colocated()
-    loop.train_in(config, [("g", graph)], CLUSTER, tmp_path, progress=False)
+    named = [("g", graph)]
+    loop.train_in(config, named, CLUSTER, tmp_path, teachers(named, CLUSTER, 0), progress=False)
     policy = pj.Policy.load(str(tmp_path))
     sampled = make_pipeline("sampled")
     alone = pj.place(graph, CLUSTER, sampled, policy, name="g", compare=False)
@@ -255,7 +283,7 @@ def test_the_pipeline_places_with_a_construct_policy_alike_alone_and_among_other
 def test_a_hinted_policy_observes_the_best_teacher_and_counts_its_simulations(tmp_path):
     config = apply(_config(imitation=2), {"env.construct_hint": "best"})
     graph = _two_chains()
-    run = loop.Run.make(config, [("g", graph)], CLUSTER)
+    run = loop.Run.make(config, [("g", graph)], CLUSTER, teachers([("g", graph)], CLUSTER, 0))
     built = run.bank.built[0]
     np.testing.assert_array_equal(built.hint[:6], np.asarray(run.teacher)[0, :6])
     assert sorted(set(built.hint[:6].tolist())) == [0, 1]  # the chains apart
@@ -263,11 +291,12 @@ def test_a_hinted_policy_observes_the_best_teacher_and_counts_its_simulations(tm
     g = run.bank.arrays.at(0)
     seen = env.look(g, run.bank.machine, s, jnp.asarray(0))
     np.testing.assert_array_equal(np.asarray(seen.features)[:, 13], np.eye(2)[built.hint[0]])
-    loop.train_in(config, [("g", graph)], CLUSTER, tmp_path, progress=False)
+    named = [("g", graph)]
+    loop.train_in(config, named, CLUSTER, tmp_path, teachers(named, CLUSTER, 0), progress=False)
     placed = pj.place(graph, CLUSTER, make_pipeline("policy"), pj.Policy.load(str(tmp_path)))
     heuristics, episodes = placed.stages
     assert heuristics.name == "heuristics" and episodes.name == "episodes"
-    ran = loop.best_teacher(graph, CLUSTER, jax.random.key(0))
+    ran = best_teacher(graph, CLUSTER, jax.random.key(0))
     assert heuristics.evaluations == sum(r.evaluations + 1 for r in ran)
     assert heuristics.makespan == pytest.approx(ran[0].makespan)
 

@@ -42,6 +42,7 @@ from placeto_jax.rl.train import make_train
 from placeto_jax.sim.ranking import rank_key
 from placeto_jax.stages.policy_search import search_placements, squeeze_placements
 from placeto_jax.stages.starts import STARTS, check_start, started
+from placeto_jax.stages.teachers import best_teacher, teachers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +99,8 @@ def train(
     config = make_config(preset, list(overrides), n_devices=cluster.n_devices,
                          cluster_preset=cluster.name, seed=seed)  # fmt: skip
     if config.agent == "construct":
-        state = construct_loop.train_in(config, named, cluster, workdir, progress)
+        taught = teachers(named, cluster, config.seed)
+        state = construct_loop.train_in(config, named, cluster, workdir, taught, progress)
         return Policy(config, state.params)
     prepared = [prepare(n, g, config.run.group_target, cluster.delta1) for n, g in named]
     result = train_and_evaluate(config, prepared, workdir, progress=progress)
@@ -311,11 +313,14 @@ def _construct_episodes(named, cluster, pipeline, policy, key, log):
     placed, graphs = [], []
     for (name, graph), stages in zip(named, log, strict=True):
         began = time.perf_counter()
-        bank, hinted = construct_loop.placing_bank(policy.config, name, graph, cluster, key)
-        if hinted:  # the declared start every op observes
+        hints = None
+        if policy.config.env.construct_hint == "best":  # a declared start every op observes
+            hinted = best_teacher(graph, cluster, key)
+            hints = [hinted[0].placement]
             stages.append(Stage("heuristics", _heuristic_cost(hinted),
                                 time.perf_counter() - began, hinted[0].makespan))  # fmt: skip
             began = time.perf_counter()
+        bank = construct_loop.Bank.of([(name, graph)], cluster, hints)
         graph_key = jax.random.fold_in(key, int(graph.digest[:8], 16))
         rows = construct_loop.candidates(policy.config, policy.params, bank, 0, graph_key,
                                          pipeline.samples, pipeline.temperature)  # fmt: skip

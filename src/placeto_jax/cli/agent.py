@@ -63,6 +63,7 @@ from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, tr
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.stages.policy_search import squeezed_method
 from placeto_jax.stages.starts import STARTS, check_start
+from placeto_jax.stages.teachers import teachers
 
 CHECKPOINT_CLUSTER = "the checkpoint's"
 
@@ -276,7 +277,8 @@ def _train_construct(args: argparse.Namespace, config, graphs, workdir: str) -> 
         raise ValueError("the construct agent trains in one process, from no start")
     named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs]
     cluster = cluster_of(config)
-    state = construct_loop.train_in(config, named, cluster, workdir, not args.no_progress)
+    taught = teachers(named, cluster, config.seed)
+    state = construct_loop.train_in(config, named, cluster, workdir, taught, not args.no_progress)
     own = place_many(named, cluster, PIPELINES["sampled"], Policy(config, state.params),
                      jax.random.key(args.seed), compare=not args.no_heuristics,
                      progress=not args.no_progress)  # fmt: skip

@@ -2,9 +2,10 @@
 teachers' placements, exact scoring of episodes by the simulator, the training run in a work
 directory (checkpoints, metrics, resume) and placing.
 
-Training: `train.imitation` updates imitate each training graph's teacher (the best of
-`TEACHERS` on its op graph, devices renamed in order of first use on a homogeneous cluster, so
-that the labels are ones a device-equivariant policy can produce), then `train.iterations`
+Training: `train.imitation` updates imitate each training graph's teacher (given by the caller:
+`stages.teachers`, the best fast heuristic on its op graph; devices renamed in order of first
+use on a homogeneous cluster, so that the labels are ones a device-equivariant policy can
+produce), then `train.iterations`
 self-imitation updates: `train.episodes` episodes per graph sampled at `train.temperature`,
 each scored by one exact simulation of its op graph (penalised makespan); each graph's best
 placement known so far (the teacher's to start with, kept in the checkpoint) is imitated.
@@ -37,7 +38,6 @@ from placeto_jax.env.construct_graph import (
     homogeneous,
 )
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers import PlacerResult, fastest_fitting, run_method
 from placeto_jax.rl import construct as device
 from placeto_jax.rl.checkpoint import (
     Checkpointer,
@@ -49,8 +49,6 @@ from placeto_jax.rl.checkpoint import (
 from placeto_jax.sim.api import padded, simulate_rows
 from placeto_jax.sim.ranking import penalised_makespan
 
-TEACHERS = ("metis", "heft", "critical-path", "m-etf", "m-sct")  # the fast heuristics that
-# finish in seconds on 5,000 ops (fit-fastest and m-topo never won a family graph)
 DEFAULT_WIDTH = 64  # policy.width 0
 
 
@@ -132,25 +130,26 @@ def initial_state(
     )
 
 
-def best_teacher(graph: Graph, cluster: Cluster, key: jax.Array) -> list[PlacerResult]:
-    """Every method of `TEACHERS` on `graph`, the fastest (`fastest_fitting`) first."""
-    results = [run_method(m, graph, cluster, key) for m in TEACHERS]
-    best = fastest_fitting(results)
-    return [best, *(r for r in results if r is not best)]
+@dataclasses.dataclass(frozen=True)
+class Teacher:
+    """A placement the agent imitates first (`stages.teachers`: the best fast heuristic)."""
+
+    placement: np.ndarray  # [N] device per op
+    makespan: float  # µs, exact simulation
 
 
-def teachers(bank: Bank, cluster: Cluster, key: jax.Array) -> tuple[np.ndarray, np.ndarray]:
-    """([G, Np] int32 by position, [G] µs): the best of `TEACHERS` on each graph of the bank
-    (renamed in order of first use on a homogeneous cluster) and its makespan."""
-    rows, makespans = [], []
-    for built, graph in zip(bank.built, bank.graphs, strict=True):
-        best = best_teacher(graph, cluster, key)[0]
-        row = built.by_position(best.placement)
+def teacher_rows(
+    bank: Bank, cluster: Cluster, taught: list[Teacher]
+) -> tuple[np.ndarray, np.ndarray]:
+    """([G, Np] int32 by position, [G] µs): each graph's teacher (renamed in order of first
+    use on a homogeneous cluster) and its makespan."""
+    rows = []
+    for built, teacher in zip(bank.built, taught, strict=True):
+        row = built.by_position(teacher.placement)
         if homogeneous(cluster):
             row[: built.n_ops] = first_use_labels(row[: built.n_ops])
         rows.append(row)
-        makespans.append(best.makespan)
-    return np.stack(rows), np.asarray(makespans)
+    return np.stack(rows), np.asarray([t.makespan for t in taught])
 
 
 def scores(bank: Bank, cluster: Cluster, graph_ids, devices) -> np.ndarray:
@@ -179,9 +178,12 @@ class Run:
     reference: np.ndarray  # [G] µs the teachers' makespans
 
     @classmethod
-    def make(cls, config: Config, named: list[tuple[str, Graph]], cluster: Cluster) -> Run:
+    def make(
+        cls, config: Config, named: list[tuple[str, Graph]], cluster: Cluster, taught: list
+    ) -> Run:
+        """The run on the op graphs `named`, each with its `Teacher` of `taught`."""
         bank = Bank.of(named, cluster)
-        rows, reference = teachers(bank, cluster, jax.random.key(config.seed))
+        rows, reference = teacher_rows(bank, cluster, taught)
         if config.env.construct_hint == "best":
             hints = [b.placement(r) for b, r in zip(bank.built, rows, strict=True)]
             bank = Bank.of(named, cluster, hints)
@@ -233,16 +235,18 @@ def train_in(
     named: list[tuple[str, Graph]],
     cluster: Cluster,
     workdir: str | os.PathLike,
+    taught: list[Teacher],
     progress: bool = True,
     stop_at: int | None = None,
 ) -> ConstructState:
     """Train the construct agent on the op graphs `named` in `workdir` (run.json, orbax
     checkpoints every `run.checkpoint_every` updates and at the end, metrics.jsonl and
-    TensorBoard), resuming from the newest intact checkpoint; `stop_at` ends after that many
+    TensorBoard), each graph imitating its `Teacher` of `taught` first, resuming from the newest
+    intact checkpoint; `stop_at` ends after that many
     updates in total without a final checkpoint (how tests stand in for a killed run)."""
     from placeto_jax.rl.loop import MetricsLog  # the paper agent's host loop shares its logs
 
-    run = Run.make(config, named, cluster)
+    run = Run.make(config, named, cluster, taught)
     provenance = Provenance(config_digest(config), tuple(g.digest for _, g in named))
     total = config.train.imitation + config.train.iterations
     end = total if stop_at is None else min(stop_at, total)
@@ -289,17 +293,6 @@ def restore_params(checkpoint: str | os.PathLike, config: Config) -> Any:
         return checkpointer.restore_params(template)
     finally:
         checkpointer.close()
-
-
-def placing_bank(
-    config: Config, name: str, graph: Graph, cluster: Cluster, key: jax.Array
-) -> tuple[Bank, list[PlacerResult]]:
-    """One op graph ready for the episodes of a policy of `config`, and the heuristics run for
-    its hint (`env.construct_hint` "best": `TEACHERS`, the fastest first; else none)."""
-    if config.env.construct_hint != "best":
-        return Bank.of([(name, graph)], cluster), []
-    results = best_teacher(graph, cluster, key)
-    return Bank.of([(name, graph)], cluster, [results[0].placement]), results
 
 
 def candidates(
