@@ -16,12 +16,9 @@ $(STAMP): pyproject.toml setup.py src/placeto_jax/sim/native.cc  # the native ke
 
 RUN_DIR ?= runs/make-run
 
-run: install  ## train Placeto on family:nmt/train (4 devices, CPU preset), place family:nmt/test zero-shot, then the untrained control (the same run's initial weights)
+run: install  ## train Placeto on family:nmt/train (4 devices, CPU preset), place family:nmt/test zero-shot next to the untrained control
 	$(VENV)/bin/placeto-jax train --graphs family:nmt/train --devices 4 --preset tiny --workdir $(RUN_DIR) --no-heuristics
-	$(VENV)/bin/placeto-jax eval --checkpoint $(RUN_DIR) --graphs family:nmt/test
-	$(VENV)/bin/placeto-jax train --graphs family:nmt/0 --devices 4 --preset tiny --set train.iterations=0 --workdir $(RUN_DIR)-untrained --no-heuristics --no-progress > /dev/null
-	@echo "untrained control (the same config and seed, no update):"
-	$(VENV)/bin/placeto-jax eval --checkpoint $(RUN_DIR)-untrained --graphs family:nmt/test --no-heuristics
+	$(VENV)/bin/placeto-jax eval --checkpoint $(RUN_DIR) --graphs family:nmt/test --control
 
 test: install  ## the default suite (slow tests excluded)
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25

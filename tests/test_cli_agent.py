@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import jax
 import numpy as np
@@ -105,6 +106,22 @@ def test_eval_prints_one_row_per_graph(run_dir, capsys):
     argv = ["eval", "--checkpoint", str(run_dir), "--graphs", "layered:9", "--no-heuristics"]
     assert main(argv) == 0
     assert "best heuristic" not in capsys.readouterr().out
+
+
+def test_eval_control_places_with_the_untrained_policy_and_averages_the_ratios(run_dir, capsys):
+    graphs = "example:diamond,layered:9"
+    argv = ["eval", "--checkpoint", str(run_dir), "--graphs", graphs, "--json", "--control"]
+    assert main(argv) == 0
+    docs = json.loads(capsys.readouterr().out)
+    assert main([*argv[:-2], "--control"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-4:] == ["untrained", "ms", "/", "best"]
+    means = lines[-1].split()
+    assert means[:2] == ["geometric", "mean"]
+    mine = [d["makespan_us"] / d["best_heuristic"]["makespan_us"] for d in docs]
+    control = [d["untrained_makespan_us"] / d["best_heuristic"]["makespan_us"] for d in docs]
+    assert float(means[-2]) == pytest.approx(math.sqrt(mine[0] * mine[1]), abs=5e-4)
+    assert float(means[-1]) == pytest.approx(math.sqrt(control[0] * control[1]), abs=5e-4)
 
 
 def test_train_and_place_compare_with_the_best_heuristic(run_dir, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -137,3 +138,17 @@ def test_a_start_counts_the_simulations_that_found_it():
     assert (single.stages[0].name, single.stages[0].evaluations) == ("start", 1)
     best_op = pj.place(graph, CLUSTER, Pipeline(start="best-op"), policy, compare=False)
     assert [s.name for s in best_op.stages] == ["heuristics", "episodes"]
+
+
+def test_the_untrained_control_is_the_runs_initial_weights(tmp_path):
+    graph = _graph()
+    overrides = ["policy.rounds=1", "train.episodes=4"]
+    trained = pj.train(
+        graph, CLUSTER, str(tmp_path / "a"), None, [*overrides, "train.iterations=2"]
+    )
+    zero = pj.train(graph, CLUSTER, str(tmp_path / "b"), None, [*overrides, "train.iterations=0"])
+    chex.assert_trees_all_equal(pipeline_module.untrained(trained).params, zero.params)
+    restored = pj.Policy.load(str(tmp_path / "b"))
+    chex.assert_trees_all_equal(restored.params, zero.params)
+    moved = jax.tree.map(lambda a, b: bool((a != b).any()), trained.params, zero.params)
+    assert any(jax.tree.leaves(moved))

@@ -107,6 +107,19 @@ def train(
     return Policy(config, result.state.params, tuple(found_placements(result.state)))
 
 
+def untrained(policy: Policy) -> Policy:
+    """The policy a run of `policy.config` starts from (its seed's initial weights, which do not
+    depend on the graphs): the control that shows what training added."""
+    config, cluster = policy.config, policy.cluster()
+    chain = Graph.from_edges(cost=[1.0, 1.0], out_bytes=[0, 0], edges=[(0, 1)])
+    if config.agent == "construct":
+        bank = construct_loop.Bank.of([("template", chain)], cluster)
+        return Policy(config, construct_loop.initial_state(config, bank).params)
+    run = make_train(config, build_bank([PlacementGraph("template", chain)], config.run.buckets),
+                     cluster)  # fmt: skip
+    return Policy(config, run.init(jax.random.key(config.seed), run.env_params).params)
+
+
 def _restore_params(checkpoint: str, config: Config) -> Any:
     """The parameters in `checkpoint`, restored against the shapes `config` gives (they do not
     depend on the graph: a two-op chain builds the template)."""

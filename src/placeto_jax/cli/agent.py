@@ -54,6 +54,7 @@ from placeto_jax.pipeline import (
     place_many,
     starting_config,
     starting_graphs,
+    untrained,
 )
 from placeto_jax.placers import METHODS, run_method
 from placeto_jax.placers.search import DEFAULT_BUDGET
@@ -171,6 +172,12 @@ def add_agent_commands(commands) -> None:
     add_cluster_option(evaluate, None, CHECKPOINT_CLUSTER)
     evaluate.add_argument("--json", action="store_true", help="print a JSON list")
     evaluate.add_argument("--no-heuristics", action="store_true", help=NO_HEURISTICS)
+    evaluate.add_argument(
+        "--control",
+        action="store_true",
+        help="also place the graphs with the run's untrained policy (its initial weights) by "
+        "the same pipeline: what training added",
+    )
     add_seed_option(evaluate)
     add_pipeline_options(evaluate)
     evaluate.set_defaults(command=_eval)
@@ -444,12 +451,21 @@ def _eval(args: argparse.Namespace) -> int:
     check(pipeline, policy, cluster)
     loaded = load_graphs(args.graphs, _ungrouped(policy.config))
     graphs = [(pg.name, pg.op_graph or pg.graph) for pg in loaded]
-    placed = place_many(graphs, cluster, pipeline, policy, jax.random.key(args.seed),
-                        compare=not args.no_heuristics, progress=not args.json)  # fmt: skip
+    key = jax.random.key(args.seed)
+    placed = place_many(graphs, cluster, pipeline, policy, key, compare=not args.no_heuristics,
+                        progress=not args.json)  # fmt: skip
+    controls = {}
+    if args.control:
+        controls["untrained"] = place_many(graphs, cluster, pipeline, untrained(policy), key,
+                                           compare=False)  # fmt: skip
     if args.json:
-        print(json.dumps([policy_json(p, pipeline, cluster) for p in placed]))
+        docs = [policy_json(p, pipeline, cluster) for p in placed]
+        for i, doc in enumerate(docs):
+            for name, other in controls.items():
+                doc[f"{name}_makespan_us"] = other[i].result.makespan
+        print(json.dumps(docs))
     else:
-        print(eval_table(placed))
+        print(eval_table(placed, controls))
     return 0
 
 

@@ -6,6 +6,7 @@ JSON keys name their unit: `_us` and `_ms` for times, `_s` for wall seconds, `_b
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -302,7 +303,7 @@ def train_text(
             f"(placeto: its greedy episode, what `place --checkpoint {workdir}` returns) and the "
             f"best one its training visited (visited), against single device {against}(ratios: "
             "makespan over theirs, lower is better):",
-            eval_table(own, visited),
+            eval_table(own, {"visited": visited}),
             "",
             f"run directory: {workdir}  (place a graph: placeto-jax place GRAPH "
             f"--checkpoint {workdir})",
@@ -418,27 +419,25 @@ def method_table(r: PlacerResult) -> str:
     )
 
 
-def eval_table(placed: Sequence[Placed], visited: Sequence[Placed] | None = None) -> str:
+def eval_table(placed: Sequence[Placed], others: dict[str, Sequence[Placed]] | None = None) -> str:
     """One row per graph placed by a pipeline, next to single device and (when run) the best
     fast heuristic on the same op graph (`*`: overflows a device's memory), the simulations
-    the pipeline ran for it ("evals", every stage's), the start of each
-    episode when it was given (improve mode), and `visited` (the best placement training
-    visited, per graph) when given. Ratios: the placement's makespan over the other's, lower is
+    the pipeline ran for it ("evals", every stage's), the start of each episode when it was
+    given (improve mode), and each of `others` (by column name, one placement per graph: the
+    best placement training visited, the untrained control); with the best heuristic, a last
+    row of geometric means. Ratios: the placement's makespan over the other's, lower is
     better."""
+    others = others or {}
     results = [p.result for p in placed]
     compared = _compared(placed)
     best_columns = ("best heuristic ms", "placeto ms", "/ single", "/ best")
     given = any(r.start not in ("random", "construct") for r in results)
-    rows = [
-        (
-            "graph",
-            "nodes",
-            "evals",
-            "single ms",
-            *(("start ms", "/ start") if given else ()),
-            *(best_columns if compared else best_columns[1:3]),
-        )
-    ]
+    head = ["graph", "nodes", "evals", "single ms", *(("start ms", "/ start") if given else ()),
+            *(best_columns if compared else best_columns[1:3])]  # fmt: skip
+    for name in others:
+        head += [f"{name} ms", "/ best"] if compared else [f"{name} ms"]
+    rows = [tuple(head)]
+    ratios: list[list[float]] = []  # per graph: placeto / best, then each other's
     for i, (p, r) in enumerate(zip(placed, results, strict=True)):
         row = [r.graph, str(r.n_nodes), str(p.evaluations), f"{r.single_device_makespan / MS:.3f}"]
         if given:
@@ -453,16 +452,24 @@ def eval_table(placed: Sequence[Placed], visited: Sequence[Placed] | None = None
             f"{r.makespan / MS:.3f}" + _star(r.fits_memory),
             f"{r.makespan / r.single_device_makespan:.3f}",
         ]
+        mine = [r.makespan, *(other[i].result.makespan for other in others.values())]
         if compared:
-            row.append(f"{r.makespan / p.best_heuristic.makespan:.3f}")
-        if visited is not None:
-            seen = visited[i].result
+            ratios.append([m / p.best_heuristic.makespan for m in mine])
+            row.append(f"{ratios[-1][0]:.3f}")
+        for k, other in enumerate(others.values()):
+            seen = other[i].result
             row.append(f"{seen.makespan / MS:.3f}" + _star(seen.fits_memory))
             if compared:
-                row.append(f"{seen.makespan / p.best_heuristic.makespan:.3f}")
+                row.append(f"{ratios[-1][k + 1]:.3f}")
         rows.append(tuple(row))
-    if visited is not None:
-        rows[0] += ("visited ms", "/ best") if compared else ("visited ms",)
+    if compared and len(placed) > 1:
+        means = [math.exp(sum(math.log(r[k]) for r in ratios) / len(ratios))
+                 for k in range(len(ratios[0]))]  # fmt: skip
+        row = ["geometric mean", "", "", "", *(("", "") if given else ()), "", "", "",
+               f"{means[0]:.3f}"]  # fmt: skip
+        for mean in means[1:]:
+            row += ["", f"{mean:.3f}"]
+        rows.append(tuple(row))
     return format_table(rows)
 
 
