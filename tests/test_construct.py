@@ -311,3 +311,18 @@ def test_self_imitation_keeps_a_graphs_best_placement_only_when_faster():
     kept = loop._kept_best(state, np.array([1, 0]), devices, runtime)
     np.testing.assert_array_equal(kept.elite, [[0, 0, 0], [2, 2, 2]])
     np.testing.assert_allclose(kept.elite_runtime, [10.0, 9.0])
+
+
+def test_train_with_the_construct_preset_from_the_command_line(tmp_path, capsys):
+    from placeto_jax.cli import main
+
+    argv = ["train", "--graphs", "example:diamond", "--devices", "2", "--preset", "construct",
+            "--set", "train.imitation=3", "--set", "policy.width=8", "--workdir", str(tmp_path),
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "after 3 updates (3 imitating the best heuristic, 0 self-imitation)" in out
+    assert "example:diamond" in out and "/ best" in out
+    assert main(["eval", "--checkpoint", str(tmp_path), "--graphs", "example:diamond",
+                 "--pipeline", "sampled", "--control"]) == 0  # fmt: skip
+    assert "untrained ms" in capsys.readouterr().out

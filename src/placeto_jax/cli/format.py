@@ -289,7 +289,7 @@ def train_text(
         updates = config.train.imitation + config.train.iterations
         return "\n".join([
             f"after {updates} updates ({config.train.imitation} imitating the best heuristic, "
-            f"{config.train.iterations} policy-gradient), on each graph: the policy's own "
+            f"{config.train.iterations} self-imitation), on each graph: the policy's own "
             f"placement (what `place --checkpoint {workdir}` returns with the same pipeline) "
             f"against single device {against}(ratios: makespan over theirs, lower is better):",
             eval_table(own),
