@@ -25,7 +25,7 @@ from placeto_jax.files import write_json, write_result
 from placeto_jax.graphs.families import SPLITS
 from placeto_jax.graphs.io import read_json
 from placeto_jax.graphs.registry import resolve_graph
-from placeto_jax.placers import best_heuristic
+from placeto_jax.placers import best_heuristic, run_method
 from placeto_jax.report import format_table
 from placeto_jax.rl import construct_loop as cl
 from placeto_jax.stages.teachers import best_teacher, teachers
@@ -62,6 +62,26 @@ def placed_ratio(config, params, name, graph, cluster, args, mode="policy") -> f
     return float(runtime.min()), float(runtime[0])
 
 
+def searched(graph, cluster, method: str, evaluations: int, wall_s: float) -> dict:
+    """`method` (local search or the cross-entropy method) on `graph` given `evaluations`, and
+    given about `wall_s` seconds (its budget doubled from 64 until one run takes that long):
+    makespans (µs) and the evaluations each ran."""
+    key = jax.random.key(0)
+    same = run_method(method, graph, cluster, key, evaluations)
+    budget = 64
+    while True:
+        timed = run_method(method, graph, cluster, key, budget)
+        if timed.wall_s >= wall_s or budget >= 1 << 16:
+            break
+        budget *= 2
+    return {
+        f"{method}_same_evals": same.makespan,
+        f"{method}_same_evals_n": same.evaluations,
+        f"{method}_same_wall": timed.makespan,
+        f"{method}_same_wall_n": timed.evaluations,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", required=True)
@@ -73,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.3)
     parser.add_argument("--workdir", default=None, help="default: a new temporary folder")
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--search",
+        action="store_true",
+        help="also local search and CEM at the policy's evaluations and time",
+    )
     args = parser.parse_args(argv)
     cluster = Cluster.preset("placeto-k80", args.devices)
     config = make_config("construct", args.set, n_devices=args.devices)
@@ -103,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
                "greedy_ratio": greedy / ref, "untrained_ratio": untrained_ms / ref,
                "uniform_ratio": uniform_ms / ref, "evaluations": 1 + args.samples,
                "place_s": place_s}  # fmt: skip
+        if args.search:
+            for method in ("local-search", "cross-entropy"):
+                found = searched(graph, cluster, method, 1 + args.samples, place_s)
+                row.update({k: v / ref if not k.endswith("_n") else v for k, v in found.items()})
         rows.append(row)
         print(json.dumps(row), flush=True)
     geo = {
