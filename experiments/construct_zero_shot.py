@@ -28,6 +28,7 @@ from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import best_heuristic, run_method
 from placeto_jax.report import format_table
 from placeto_jax.rl import construct_loop as cl
+from placeto_jax.rl.checkpoint import load_run
 from placeto_jax.stages.teachers import best_teacher, teachers
 
 CACHE = os.environ.get("HEURISTIC_CACHE", "/tmp/best_heuristic_cache.json")
@@ -90,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0", help="test-graph seeds, comma-separated")
     parser.add_argument("--set", action="append", default=[], help="config KEY=VALUE")
     parser.add_argument("--samples", type=int, default=16)
-    parser.add_argument("--temperature", type=float, default=0.3)
+    parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--workdir", default=None, help="default: a new temporary folder")
+    parser.add_argument("--checkpoint", default=None, help="place with this trained run instead")
     parser.add_argument("--out", default=None)
     parser.add_argument(
         "--search",
@@ -104,8 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     train_names = [f"family:{args.family}/{i}" for i in list(SPLITS["train"])[: args.train]]
     began = time.perf_counter()
     named = [(n, resolve_graph(n)) for n in train_names]
-    workdir = args.workdir or tempfile.mkdtemp(prefix="construct-")
-    state = cl.train_in(config, named, cluster, workdir, teachers(named, cluster, config.seed))
+    if args.checkpoint:  # trained before: its run's config, its parameters
+        config = load_run(args.checkpoint)[0]
+        params = cl.restore_params(args.checkpoint, config)
+    else:
+        workdir = args.workdir or tempfile.mkdtemp(prefix="construct-")
+        taught = teachers(named, cluster, config.seed)
+        params = cl.train_in(config, named, cluster, workdir, taught).params
     train_s = time.perf_counter() - began
     untrained = cl.initial_state(config, cl.Bank.of(named[:1], cluster)).params
     test_names = [
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in test_names:
         graph = resolve_graph(name)
         began = time.perf_counter()
-        policy, greedy = placed_ratio(config, state.params, name, graph, cluster, args)
+        policy, greedy = placed_ratio(config, params, name, graph, cluster, args)
         place_s = time.perf_counter() - began
         untrained_ms, _ = placed_ratio(config, untrained, name, graph, cluster, args)
         uniform_ms, _ = placed_ratio(config, untrained, name, graph, cluster, args, "uniform")

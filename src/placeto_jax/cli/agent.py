@@ -190,7 +190,7 @@ PIPELINES_EPILOG = (
         for name, summary in (
             ("policy", "the policy's own episodes (greedy; pipeline.samples sampled ones)"),
             ("heuristics", "the best fast heuristic on the op graph (no policy)"),
-            ("sampled", "the greedy episode and 16 sampled ones at temperature 0.3"),
+            ("sampled", "the greedy episode and 16 sampled ones at temperature 0.6"),
             ("search", "episodes from the best heuristic, then policy-guided and random search"),
         )
     )
