@@ -25,10 +25,10 @@ from placeto_jax.files import write_json, write_result
 from placeto_jax.graphs.families import SPLITS
 from placeto_jax.graphs.io import read_json
 from placeto_jax.graphs.registry import resolve_graph
+from placeto_jax.pipeline import Policy
 from placeto_jax.placers import best_heuristic, run_method
 from placeto_jax.report import format_table
 from placeto_jax.rl import construct_loop as cl
-from placeto_jax.rl.checkpoint import load_run
 from placeto_jax.stages.teachers import best_teacher, teachers
 
 CACHE = os.environ.get("HEURISTIC_CACHE", "/tmp/best_heuristic_cache.json")
@@ -107,14 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     named = [(n, resolve_graph(n)) for n in train_names]
     if args.checkpoint:  # trained before: its run's config, its parameters
-        config = load_run(args.checkpoint)[0]
-        params = cl.restore_params(args.checkpoint, config)
+        policy = Policy.load(args.checkpoint)
+        config, params = policy.config, policy.params
     else:
         workdir = args.workdir or tempfile.mkdtemp(prefix="construct-")
         taught = teachers(named, cluster, config.seed)
         params = cl.train_in(config, named, cluster, workdir, taught).params
     train_s = time.perf_counter() - began
-    untrained = cl.initial_state(config, cl.Bank.of(named[:1], cluster)).params
+    untrained = cl.untrained_params(config)
     test_names = [
         f"family:{args.family}/{i}" + ("" if seed == "0" else f":{seed}")
         for seed in args.seeds.split(",")

@@ -216,31 +216,14 @@ def test_a_killed_run_resumes_to_the_uninterrupted_parameters(tmp_path):
     config = _config(imitation=4, iterations=3, episodes=2, graphs_per_update=1)
     config = apply(config, {"run.checkpoint_every": 2})
     named = [("a", _two_chains()), ("b", _fork())]
-    whole = loop.train_in(
-        config,
-        named,
-        CLUSTER,
-        tmp_path / "whole",
-        teachers(named, CLUSTER, config.seed),
-        progress=False,
-    )
-    loop.train_in(
-        config,
-        named,
-        CLUSTER,
-        tmp_path / "cut",
-        teachers(named, CLUSTER, config.seed),
-        progress=False,
-        stop_at=5,
-    )
-    resumed = loop.train_in(
-        config,
-        named,
-        CLUSTER,
-        tmp_path / "cut",
-        teachers(named, CLUSTER, config.seed),
-        progress=False,
-    )
+    taught = teachers(named, CLUSTER, config.seed)
+
+    def train(workdir, stop_at=None):
+        return loop.train_in(config, named, CLUSTER, tmp_path / workdir, taught, False, stop_at)
+
+    whole = train("whole")
+    train("cut", stop_at=5)
+    resumed = train("cut")
     assert int(resumed.iteration) == 7
     chex.assert_trees_all_equal(resumed.params, whole.params)
     records = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").open()]

@@ -67,8 +67,6 @@ class Policy:
         if cluster is not None:
             Cluster.preset(cluster, config.n_devices)  # an unknown name fails here
             config = dataclasses.replace(config, cluster_preset=cluster)
-        if config.agent == "construct":
-            return Policy(config, construct_loop.restore_params(checkpoint, config))
         return Policy(config, _restore_params(checkpoint, config))
 
     def cluster(self) -> Cluster:
@@ -110,23 +108,28 @@ def train(
 def untrained(policy: Policy) -> Policy:
     """The policy a run of `policy.config` starts from (its seed's initial weights, which do not
     depend on the graphs): the control that shows what training added."""
-    config, cluster = policy.config, policy.cluster()
-    chain = Graph.from_edges(cost=[1.0, 1.0], out_bytes=[0, 0], edges=[(0, 1)])
+    config = policy.config
     if config.agent == "construct":
-        bank = construct_loop.Bank.of([("template", chain)], cluster)
-        return Policy(config, construct_loop.initial_state(config, bank).params)
-    run = make_train(config, build_bank([PlacementGraph("template", chain)], config.run.buckets),
-                     cluster)  # fmt: skip
+        return Policy(config, construct_loop.untrained_params(config))
+    run = _template_run(config)
     return Policy(config, run.init(jax.random.key(config.seed), run.env_params).params)
 
 
-def _restore_params(checkpoint: str, config: Config) -> Any:
-    """The parameters in `checkpoint`, restored against the shapes `config` gives (they do not
-    depend on the graph: a two-op chain builds the template)."""
+def _template_run(config: Config) -> Any:
+    """The paper agent's trainer on a two-op chain: its parameters' shapes and initial values
+    do not depend on the graph."""
     chain = Graph.from_edges(cost=[1.0, 1.0], out_bytes=[0, 0], edges=[(0, 1)])
     bank = build_bank([PlacementGraph("template", chain)], config.run.buckets)
-    run = make_train(config, bank, Cluster.preset(config.cluster_preset, config.n_devices))
-    template = jax.eval_shape(run.init, jax.random.key(0), run.env_params).params
+    return make_train(config, bank, Cluster.preset(config.cluster_preset, config.n_devices))
+
+
+def _restore_params(checkpoint: str, config: Config) -> Any:
+    """The parameters in `checkpoint`, restored against the shapes `config` gives."""
+    if config.agent == "construct":
+        template = construct_loop.untrained_params(config)
+    else:
+        run = _template_run(config)
+        template = jax.eval_shape(run.init, jax.random.key(0), run.env_params).params
     checkpointer = Checkpointer(checkpoint, create=False)
     try:
         return checkpointer.restore_params(template)

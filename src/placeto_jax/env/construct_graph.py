@@ -144,9 +144,14 @@ def build(
 def _hint(hint: np.ndarray | None, order: np.ndarray, n_pad: int, cluster: Cluster):
     out = np.full(n_pad, -1, dtype=np.int32)
     if hint is not None:
-        by_position = np.asarray(hint)[order]
-        out[: order.size] = first_use_labels(by_position) if homogeneous(cluster) else by_position
+        out[: order.size] = in_label_order(np.asarray(hint)[order], cluster)
     return out
+
+
+def in_label_order(by_position: np.ndarray, cluster: Cluster) -> np.ndarray:
+    """Devices by position renamed in order of first use on a homogeneous cluster (the labels a
+    device-equivariant policy can produce), as they are otherwise."""
+    return first_use_labels(by_position) if homogeneous(cluster) else by_position
 
 
 def homogeneous(cluster: Cluster) -> bool:

@@ -31,6 +31,7 @@ class Learner:
     optimizer: optax.GradientTransformation
 
     @classmethod
+    @functools.cache  # one object per setting: jitted functions take it as a static argument
     def make(cls, width: int, rounds: int, learning_rate: float, clip: float = 1.0) -> Learner:
         optimizer = optax.chain(optax.clip_by_global_norm(clip), optax.adam(learning_rate))
         return cls(ConstructPolicy(width=width, rounds=rounds), optimizer)

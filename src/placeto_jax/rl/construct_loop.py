@@ -34,8 +34,7 @@ from placeto_jax.env.construct_graph import (
     ConstructGraph,
     Padding,
     build,
-    first_use_labels,
-    homogeneous,
+    in_label_order,
 )
 from placeto_jax.graphs.core import Graph
 from placeto_jax.rl import construct as device
@@ -146,8 +145,7 @@ def teacher_rows(
     rows = []
     for built, teacher in zip(bank.built, taught, strict=True):
         row = built.by_position(teacher.placement)
-        if homogeneous(cluster):
-            row[: built.n_ops] = first_use_labels(row[: built.n_ops])
+        row[: built.n_ops] = in_label_order(row[: built.n_ops], cluster)
         rows.append(row)
     return np.stack(rows), np.asarray([t.makespan for t in taught])
 
@@ -281,18 +279,12 @@ def train_in(
     return state
 
 
-def restore_params(checkpoint: str | os.PathLike, config: Config) -> Any:
-    """The construct agent's parameters in run directory `checkpoint` (their shapes do not
-    depend on the graph: a two-op chain builds the template)."""
+def untrained_params(config: Config) -> Any:
+    """The parameters a run of `config` starts from (they do not depend on the graphs: a
+    two-op chain builds them)."""
     chain = Graph.from_edges(cost=[1.0, 1.0], out_bytes=[0, 0], edges=[(0, 1)])
     cluster = Cluster.preset(config.cluster_preset, config.n_devices)
-    bank = Bank.of([("template", chain)], cluster)
-    template = jax.eval_shape(lambda: initial_state(config, bank).params)
-    checkpointer = Checkpointer(checkpoint, create=False)
-    try:
-        return checkpointer.restore_params(template)
-    finally:
-        checkpointer.close()
+    return initial_state(config, Bank.of([("template", chain)], cluster)).params
 
 
 def candidates(
