@@ -263,6 +263,19 @@ def test_the_pipeline_places_with_a_construct_policy_alike_alone_and_among_other
         pj.place(graph, CLUSTER, make_pipeline("search"), policy)
 
 
+def test_a_construct_policy_places_on_another_device_count(tmp_path):
+    config = _config(imitation=0, iterations=0)  # trained for CLUSTER's 2 devices
+    named = [("a", _two_chains())]
+    loop.train_in(config, named, CLUSTER, tmp_path, teachers(named, CLUSTER, 0), progress=False)
+    three = Cluster.preset("placeto-k80", 3)
+    policy = pj.Policy.load(str(tmp_path), devices=3)
+    assert policy.config.n_devices == 3 and policy.cluster() == three
+    placed = pj.place(_colocated(), three, make_pipeline("sampled"), policy, compare=False)
+    assert placed.result.placement.max() <= 2 and placed.result.episodes == 17
+    simulated = simulate(_colocated(), three, placed.result.placement)
+    assert placed.result.makespan == pytest.approx(float(simulated.makespan), rel=1e-12)
+
+
 def test_a_hinted_policy_observes_the_best_teacher_and_counts_its_simulations(tmp_path):
     config = apply(_config(imitation=2), {"env.construct_hint": "best"})
     graph = _two_chains()

@@ -19,13 +19,20 @@ from placeto_jax.placers import FAST_HEURISTICS
 from placeto_jax.reproduce.improve import (
     BENCH_VARIANTS,
     Outcome,
+    Settings,
     _bench_placed,
     _from,
     faster,
     summary,
 )
 from placeto_jax.reproduce.placeto import PlacetoBench
-from placeto_jax.rl.evaluate import Placement, best_of_groupings, place_with
+from placeto_jax.rl.evaluate import (
+    Placement,
+    best_of_groupings,
+    place_with,
+    rank_visited,
+    with_candidate,
+)
 from placeto_jax.rl.train import make_train, sample_action
 from placeto_jax.stages.starts import heuristic_start, start_result, started
 
@@ -127,6 +134,22 @@ def test_a_placement_training_found_is_ranked_with_the_greedy_episode():
     np.testing.assert_array_equal(found.placement, [0, 0, 1, 1])
 
 
+def test_an_op_graph_candidate_replaces_a_placement_only_when_strictly_faster():
+    pg = prepare("chains", two_chains())
+    (stuck,) = [rank_visited(pg, CLUSTER, np.zeros((1, 4), np.int64), "single")]
+    assert stuck.makespan == pytest.approx(400.0) and stuck.evaluations == 1
+    assert with_candidate(stuck, pg, CLUSTER, None) is stuck  # nothing to rank: no simulation
+    better = with_candidate(stuck, pg, CLUSTER, np.array([0, 0, 1, 1]))  # a chain per device
+    assert better.makespan == pytest.approx(200.0) and better.evaluations == 2
+    np.testing.assert_array_equal(better.placement, [0, 0, 1, 1])
+    assert better.start == "single" and better.initial_makespan == pytest.approx(400.0)
+    same = with_candidate(better, pg, CLUSTER, np.array([1, 1, 0, 0]))  # as fast: kept
+    np.testing.assert_array_equal(same.placement, [0, 0, 1, 1])
+    assert same.evaluations == 3
+    worse = with_candidate(better, pg, CLUSTER, np.array([0, 1, 0, 1]))  # 4 transfers of 10 B
+    assert worse.makespan == pytest.approx(200.0) and worse.evaluations == 3
+
+
 def test_sampling_at_temperature_t_draws_from_softmax_of_logits_over_t():
     logits = jnp.log(jnp.array([1.0, 2.0, 4.0]))
     keys = jax.random.split(jax.random.key(0), 20_000)
@@ -209,7 +232,8 @@ def test_each_benchmark_variant_counts_its_training_and_its_sampled_episodes():
     graphs = started([prepare("chains", two_chains())], CLUSTER, "best", jax.random.key(0))
     benches = {o: PlacetoBench(_from(config, o), graphs, CLUSTER) for o in ("random", "start")}
     key = jax.random.key(3)
-    placed, evals = _bench_placed(benches, 0, 3, key)
+    settings = Settings(families=(), devices=2, family=(), bench=(), samples=3, start="best")
+    placed, evals = _bench_placed(benches, 0, settings, key)
     assert set(placed) == set(evals) == {v.name for v in BENCH_VARIANTS}
     fit = benches["start"].fit(0, key)
     # one update of 4 episodes x (4 steps + the initial placement); two greedy evaluations
@@ -224,8 +248,8 @@ def test_each_benchmark_variant_counts_its_training_and_its_sampled_episodes():
     assert 20 + 2 * 4 + 2 <= fit.evaluations <= 20 + 8 + 11
     assert evals[BENCH_VARIANTS[1].name] == fit.evaluations + start_cost
     assert 20 + 2 * 4 + 2 <= evals[BENCH_VARIANTS[0].name] <= 20 + 8 + 11
-    for v in BENCH_VARIANTS[2:]:  # its 3 sampled episodes and the greedy one, ranked
-        bench = benches["start"]
+    for v in BENCH_VARIANTS[2:]:  # its 3 sampled episodes and the greedy one, ranked, then
+        bench = benches["start"]  # the best placement training found (one more simulation)
         (sampled,) = place_with(bench.run, fit.params, bench.graph_env_params(0), graphs,
                                 CLUSTER, 3, key, v.temperature)  # fmt: skip
-        assert evals[v.name] == fit.evaluations + start_cost + 4 * 4 + sampled.evaluations
+        assert evals[v.name] == fit.evaluations + start_cost + 4 * 4 + sampled.evaluations + 1

@@ -32,10 +32,11 @@ from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.evaluate import (
     Placement,
     best_of_groupings,
-    found_placements,
+    found_on_ops,
     kept_groupings,
     place_graphs,
     rank_visited,
+    with_candidate,
 )
 from placeto_jax.rl.loop import train_and_evaluate
 from placeto_jax.rl.train import make_train
@@ -51,14 +52,17 @@ class Policy:
 
     config: Config  # the run's config (its device count and, for placing, the cluster preset)
     params: Any  # the policy network's parameters (a pytree)
-    found: tuple[np.ndarray | None, ...] | None = None  # per graph placed, the best placement
-    #   its training episodes visited [N_pad] (`rl.evaluate.found_placements`), a candidate
+    found: tuple[np.ndarray | None, ...] | None = None  # per graph placed, a placement of its
+    #   op graph [N_ops] ranked with the episodes' (training's best: `rl.evaluate.found_on_ops`)
 
     @staticmethod
     def load(checkpoint: str, devices: int | None = None, cluster: str | None = None) -> Policy:
         """The policy in run directory `checkpoint`, placing on cluster preset `cluster` (None:
-        the run's own); ValueError if `devices` is given and differs from the run's count."""
+        the run's own); ValueError if `devices` is given and differs from the paper agent
+        run's count (the construct agent's weights place on any count)."""
         config, _ = load_run(checkpoint)
+        if devices is not None and config.agent == "construct":  # its weights fit any count
+            config = dataclasses.replace(config, n_devices=devices)
         if devices is not None and devices != config.n_devices:
             raise ValueError(
                 f"the policy in {checkpoint} places on {config.n_devices} devices, not "
@@ -102,7 +106,7 @@ def train(
         return Policy(config, state.params)
     prepared = [prepare(n, g, config.run.group_target, cluster.delta1) for n, g in named]
     result = train_and_evaluate(config, prepared, workdir, progress=progress)
-    return Policy(config, result.state.params, tuple(found_placements(result.state)))
+    return Policy(config, result.state.params, found_on_ops(result.state, prepared))
 
 
 def untrained(policy: Policy) -> Policy:
@@ -254,7 +258,11 @@ def check(
             "this pipeline places with a policy: give one (--checkpoint), or use the "
             "heuristics pipeline"
         )
-    if policy is not None and policy.config.n_devices != cluster.n_devices:
+    if (
+        policy is not None
+        and policy.config.agent == "paper"
+        and (policy.config.n_devices != cluster.n_devices)
+    ):  # the construct agent places on any device count
         raise ValueError(
             f"the policy places on {policy.config.n_devices} devices, the cluster has "
             f"{cluster.n_devices}"
@@ -303,12 +311,15 @@ def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, l
     began = time.perf_counter()
     per_grouping = [
         place_graphs(at, policy.params, graphs, cluster, pipeline.samples, key,
-                     pipeline.temperature, found=policy.found)
+                     pipeline.temperature)
         for at, graphs in groupings
     ]  # fmt: skip
     placed = best_of_groupings(per_grouping)
-    wall = (time.perf_counter() - began) / len(named)
     kept = [groupings[k][1][i] for i, k in enumerate(kept_groupings(per_grouping))]
+    if policy.found is not None:
+        placed = [with_candidate(p, pg, cluster, row)
+                  for p, pg, row in zip(placed, kept, policy.found, strict=True)]  # fmt: skip
+    wall = (time.perf_counter() - began) / len(named)
     for i, (stages, p) in enumerate(zip(log, placed, strict=True)):
         found = sum(g[i].start.evaluations for _, g in groupings if g[i].start is not None)
         if found:  # the start's own simulations (best-op's are the heuristics stage's)
@@ -382,34 +393,6 @@ def starting_graphs(
             f"name one with pipeline.start ({', '.join(STARTS[1:])} or a placement file)"
         )
     return started(graphs, cluster, start, key, heuristics)
-
-
-def search_stages(
-    graphs: Sequence[tuple[str, Graph]],
-    cluster: Cluster,
-    pipeline: Pipeline,
-    policy: Policy | None,
-    placed: list[Placement],
-    groups: list[PlacementGraph],
-    heuristics: list[list[PlacerResult]] | None = None,
-    key: jax.Array | None = None,
-    progress: bool = False,
-) -> tuple[list[Placement], list[list[Stage]]]:
-    """The search stages of `pipeline` alone, from given first placements: `placed` (one per
-    named op graph of `graphs`; `groups`: the grouped graphs they were played on, for the
-    group search; `heuristics`: per graph, the fast heuristics' results, for the second
-    start; `key` (default: key 0): the heuristics' and the random proposals'). For a caller
-    that made the first placement itself (training on the graph, say). Returns the
-    placements and each graph's stages."""
-    check(pipeline, policy, cluster, episodes=False)
-    named = list(graphs)
-    key = jax.random.key(0) if key is None else key
-    if pipeline.second_start and heuristics is None:
-        heuristics = [fast_heuristics(g, cluster, key) for _, g in named]
-    log: list[list[Stage]] = [[] for _ in named]
-    out = _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log, key,
-                    progress)  # fmt: skip
-    return out, log
 
 
 def _searches(named, cluster, pipeline, policy, placed, groups, heuristics, log, key, progress):

@@ -59,7 +59,7 @@ from placeto_jax.pipeline import (
 from placeto_jax.placers import METHODS, run_method
 from placeto_jax.placers.search import DEFAULT_BUDGET
 from placeto_jax.rl import construct_loop
-from placeto_jax.rl.evaluate import found_placements
+from placeto_jax.rl.evaluate import found_on_ops
 from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.stages.policy_search import squeezed_method
@@ -271,7 +271,7 @@ def _train(args: argparse.Namespace) -> int:
     key, cluster = jax.random.key(args.seed), cluster_of(config)
     own = place_many(named, cluster, pipeline, policy, key, compare=not args.no_heuristics,
                      progress=not args.no_progress)  # fmt: skip
-    found = dataclasses.replace(policy, found=tuple(found_placements(result.state)))
+    found = dataclasses.replace(policy, found=found_on_ops(result.state, graphs))
     visited = place_many(named, cluster, pipeline, found, key, compare=False)
     print(train_text(config, own, visited, workdir))
     return 0

@@ -24,9 +24,9 @@ from placeto_jax.pipeline import Policy, place_many
 from placeto_jax.placers import PlacerResult, best_heuristic, fast_heuristics
 from placeto_jax.reproduce.benchmarks import benchmark_cases
 from placeto_jax.reproduce.output import EVALUATIONS, Recorder
-from placeto_jax.reproduce.placeto import PlacetoBench, simulations
+from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.reproduce.programs import release_compiled_programs
-from placeto_jax.rl.evaluate import Placement, place_with
+from placeto_jax.rl.evaluate import Placement
 from placeto_jax.rl.loop import cluster_of, load_graphs
 from placeto_jax.rl.train import make_train
 from placeto_jax.stages.starts import started
@@ -231,7 +231,7 @@ def bench_outcomes(cases, settings: Settings, key: jax.Array, progress: bool) ->
         graphs = started(graphs, cluster, settings.start, key)
         benches = {o: PlacetoBench(_from(config, o), graphs, cluster) for o in ("random", "start")}
         for i, pg in enumerate(graphs):
-            placed, evaluations = _bench_placed(benches, i, settings.samples, key)
+            placed, evaluations = _bench_placed(benches, i, settings, key)
             out.append(_outcome("benchmarks", pg, cluster, key, placed, evaluations))
             bar.update()
     bar.close()
@@ -239,27 +239,28 @@ def bench_outcomes(cases, settings: Settings, key: jax.Array, progress: bool) ->
 
 
 def _bench_placed(
-    benches: dict[str, PlacetoBench], i: int, samples: int, key: jax.Array
+    benches: dict[str, PlacetoBench], i: int, settings: Settings, key: jax.Array
 ) -> tuple[dict[str, Placement], dict[str, int]]:
     """The benchmark variants on graph `i`: the best greedy placement seen while training (from
-    random placements, from the start), and the start-trained one's K samples added (at each
-    sampled variant's temperature); with each variant's simulations (its training run's
-    `Fit.evaluations`, and its sampled episodes' `simulations`)."""
+    random placements, from the start), and the start-trained policy placed by the sampled
+    variants' pipelines (`place_many`, the training's best a candidate); with each variant's
+    simulations (its training run's `Fit.evaluations` and every stage's after it)."""
     paper, start = benches["random"].fit(i, key), benches["start"].fit(i, key)
     bench = benches["start"]
-    given = bench.graphs[i].start
+    pg = bench.graphs[i]
+    given = pg.start
     from_start = start.evaluations + (given.evaluations if given is not None else 0)
+    policy = Policy(bench.config, start.params, found=(start.best.placement,))
+    named = [(pg.name, pg.op_graph or pg.graph)]
 
     def kept(v: Variant) -> tuple[Placement, int]:
         if v.trained_from == "random":
             return paper.best, paper.evaluations
         if not v.samples:
             return start.best, from_start
-        (sampled,) = place_with(
-            bench.run, start.params, bench.graph_env_params(i), [bench.graphs[i]], bench.cluster,
-            samples, key, v.temperature,
-        )  # fmt: skip
-        return min((start.best, sampled), key=bench.score), from_start + simulations(sampled)
+        (placed,) = place_many(named, bench.cluster, variant_pipeline(v, settings), policy, key,
+                               compare=False)  # fmt: skip
+        return placed.result, start.evaluations + placed.evaluations
 
     found = {v.name: kept(v) for v in BENCH_VARIANTS}
     return {n: p for n, (p, _) in found.items()}, {n: e for n, (_, e) in found.items()}

@@ -6,14 +6,14 @@ given Placeto's own number of simulator evaluations.
 
 Placeto here is the benchmark experiment's quick budget (tiny preset, 10 updates x 16 episodes,
 32 groups) with episodes from the best heuristic's placement (the graph regrouped within it, so
-the start is kept exactly), the op-graph reward unless `--set env.reward_graph=grouped`. Its
-first placement is the best of the pipeline's sampled episodes (`pipeline.samples` at
-`pipeline.temperature`), the greedy evaluations and the best placement any training episode
-visited; the pipeline's search stages follow (`pipeline.search_stages`). Evaluations count
-every simulator call: training as the efficiency experiment charges it
-(`efficiency.placeto_cost`), K x (nodes + 1) steps plus the `SCREENED` exact simulations for
-the samples, and every search stage's simulations. The same search stages from uniformly random
-proposals are run as an ablation (reported, not charged).
+the start is kept exactly), the op-graph reward unless `--set env.reward_graph=grouped`. The
+trained policy then places the graph through `place_many` like `place` does: the pipeline's
+greedy and sampled episodes (`pipeline.samples` at `pipeline.temperature`), ranked with the best
+placement training visited (`Policy.found`), then its search stages. Evaluations count every
+simulator call: training as the efficiency experiment charges it (`efficiency.placeto_cost`)
+and every stage's simulations as `place` reports them (the start's heuristics, the episodes'
+steps and exact rankings, the searches). The same search stages from uniformly random proposals
+are run as an ablation (reported, not charged).
 
 Run: `python experiments/matched_budget.py --data ../shared/benchmarks/msr-fiddle` (`--only
 table1`, `benchmarks`, `latency` or `dev` for one part); prints a table and writes
@@ -36,7 +36,7 @@ from placeto_jax.config import PIPELINES, Pipeline, apply, make_config, make_pip
 from placeto_jax.env.bank import prepare
 from placeto_jax.files import write_result
 from placeto_jax.graphs.registry import resolve_graph
-from placeto_jax.pipeline import Policy, pipeline_json, search_stages, starting_graphs
+from placeto_jax.pipeline import Policy, pipeline_json, place_many, starting_graphs
 from placeto_jax.placers import fast_heuristics, fastest_fitting, run_method
 from placeto_jax.report import format_table
 from placeto_jax.reproduce.benchmarks import benchmark_cases
@@ -44,7 +44,6 @@ from placeto_jax.reproduce.efficiency import placeto_cost
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.reproduce.programs import release_compiled_programs
 from placeto_jax.reproduce.table1 import GRAPHS as TABLE1_GRAPHS
-from placeto_jax.rl.evaluate import SCREENED, place_with
 from placeto_jax.sim.ranking import rank_key
 
 MS = 1e3  # µs
@@ -119,29 +118,29 @@ def placeto_runs(
 
 
 def _placeto_row(case, bench, i, pipeline, heuristics, key) -> dict:
-    """Case `i` of `bench`: trained, sampled and searched, with what each stage cost."""
+    """Case `i` of `bench`: trained, then placed by `pipeline` (`place_many`: its episodes with
+    the best placement training found, then its search stages), with what each stage cost."""
     config, cluster, pg = bench.config, case.cluster, bench.graphs[i]
     began = time.perf_counter()
     fit = bench.fit(i, key)
-    (sampled,) = place_with(bench.run, fit.params, bench.graph_env_params(i), [pg], cluster,
-                            pipeline.samples, key, pipeline.temperature)  # fmt: skip
-    placed = min((fit.best, sampled), key=bench.score)
-    steps = config.env.passes * pg.graph.n_ops + 1
     train = config.train
-    evaluations = (
-        placeto_cost(train.iterations, train.episodes, steps, config.run.eval_every)
-        + pipeline.samples * steps
-        + SCREENED
-    )
-    named, policy = [(case.label, case.graph)], Policy(config, fit.params)
-    (searched,), (stages,) = search_stages(named, cluster, pipeline, policy, [placed], [pg],
-                                           [heuristics])  # fmt: skip
+    steps = config.env.passes * pg.graph.n_ops + 1
+    training = placeto_cost(train.iterations, train.episodes, steps, config.run.eval_every)
+    named = [(case.label, case.graph)]
+    policy = Policy(config, fit.params, found=(fit.best.placement,))
+    (placed,) = place_many(named, cluster, pipeline, policy, key, compare=False,
+                           heuristics=[heuristics])  # fmt: skip
+    stages = [s for s in placed.stages if s.name in SEARCH_STAGES]
     extra = {}
     if stages:
         ablation = dataclasses.replace(pipeline, proposer="random", second_start=False,
                                        squeeze=False)  # fmt: skip
-        (random,), _ = search_stages(named, cluster, ablation, policy, [placed], [pg])
-        extra = {"unpolished_ms": placed.makespan / MS, "random_polish_ms": random.makespan / MS}
+        (random,) = place_many(named, cluster, ablation, policy, key, compare=False,
+                               heuristics=[heuristics])  # fmt: skip
+        (episodes,) = [s for s in placed.stages if s.name == "episodes"]
+        extra = {"unpolished_ms": episodes.makespan / MS,
+                 "random_polish_ms": random.result.makespan / MS}  # fmt: skip
+    searched = placed.result
     start = fastest_fitting(heuristics)
     return {
         "case": case,
@@ -156,9 +155,9 @@ def _placeto_row(case, bench, i, pipeline, heuristics, key) -> dict:
         "placeto_ms": searched.makespan / MS,
         "placeto_fits": searched.fits_memory,
         "placeto_overflow": searched.overflow,
-        "placeto_evaluations": evaluations + sum(s.evaluations for s in stages),
+        "placeto_evaluations": training + placed.evaluations,
         "placeto_wall_s": time.perf_counter() - began,
-        "stages": [s.to_json() for s in stages],
+        "stages": [s.to_json() for s in placed.stages],
         **extra,
     }
 

@@ -104,6 +104,34 @@ def found_placements(state: TrainState) -> list[np.ndarray | None]:
     return [row if np.isfinite(r) else None for r, row in zip(runtime, placement, strict=True)]
 
 
+def found_on_ops(state: TrainState, graphs: list[PlacementGraph]) -> tuple[np.ndarray | None, ...]:
+    """`found_placements` of the state's bank (`graphs`, in its order), each expanded to its op
+    graph [N_ops]: the form `pipeline.Policy.found` takes, whatever coarsening places later."""
+    rows = found_placements(state)
+    return tuple(
+        None if row is None else pg.expand(row[: pg.graph.n_ops])
+        for pg, row in zip(graphs, rows, strict=True)
+    )
+
+
+def with_candidate(
+    placed: Placement, pg: PlacementGraph, cluster: Cluster, candidate: np.ndarray | None
+) -> Placement:
+    """`placed` (of `pg`), or op-graph placement `candidate` [N_ops] where an exact simulation
+    ranks it strictly first (`rank_key`); either way one more evaluation when there is one."""
+    if candidate is None:
+        return placed
+    op_graph = PlacementGraph(pg.name, pg.op_graph or pg.graph)
+    other = rank_visited(op_graph, cluster, np.asarray(candidate)[None], placed.start)
+    counted = dataclasses.replace(placed, evaluations=placed.evaluations + 1)
+    if rank_key(other.makespan, other.fits_memory, other.overflow) >= rank_key(
+        placed.makespan, placed.fits_memory, placed.overflow
+    ):
+        return counted
+    fields = ("placement", "makespan", "peak_memory", "fits_memory", "overflow")
+    return dataclasses.replace(counted, **{f: getattr(other, f) for f in fields})
+
+
 def place_with(
     run: Train,
     params: Any,

@@ -1,0 +1,152 @@
+"""The construct agent on the benchmark folder's operator graphs: one policy trained on the
+families' train splits places every operator graph zero-shot, each on its file's own
+accelerators, through the place pipeline (`sampled`: greedy + 16 sampled episodes), next to the
+same pipeline with the untrained policy and with uniformly random episodes, and the best fast
+heuristic on the same graph. `--per-graph` adds a policy trained on each graph alone (imitation
+of its best teacher, then self-imitation), placed the same way.
+
+Run: `python experiments/construct_benchmarks.py --out results/construct/benchmarks.json`
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import make_config, make_pipeline, to_dict
+from placeto_jax.env.bank import PlacementGraph
+from placeto_jax.files import write_result
+from placeto_jax.graphs.families import SPLITS
+from placeto_jax.graphs.registry import resolve_graph
+from placeto_jax.pipeline import Policy, pipeline_json, place_many, untrained
+from placeto_jax.placers import fast_heuristics, fastest_fitting
+from placeto_jax.report import format_table
+from placeto_jax.reproduce.benchmarks import benchmark_cases
+from placeto_jax.rl import construct_loop as cl
+from placeto_jax.rl.evaluate import rank_visited
+from placeto_jax.stages.teachers import teachers
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = ("policy", "per_graph", "untrained", "uniform")
+
+
+def family_policy(args) -> Policy:
+    """The policy in `--checkpoint`, or one trained on the first `--train` graphs of each
+    family's train split (4 placeto-k80s)."""
+    if args.checkpoint:
+        return Policy.load(args.checkpoint)
+    cluster = Cluster.preset("placeto-k80", 4)
+    config = make_config("construct", args.set, n_devices=4)
+    named = [
+        (f"family:{f}/{i}", resolve_graph(f"family:{f}/{i}"))
+        for f in args.families.split(",")
+        for i in list(SPLITS["train"])[: args.train]
+    ]
+    workdir = args.workdir or tempfile.mkdtemp(prefix="construct-families-")
+    taught = teachers(named, cluster, config.seed)
+    return Policy(config, cl.train_in(config, named, cluster, workdir, taught).params)
+
+
+def per_graph_policy(args, name: str, graph, cluster: Cluster) -> tuple[Policy, float]:
+    """A policy trained on `graph` alone, and its training seconds."""
+    began = time.perf_counter()
+    config = make_config("construct", args.per_graph_set, n_devices=cluster.n_devices)
+    named = [(name, graph)]
+    workdir = tempfile.mkdtemp(prefix="construct-graph-")
+    state = cl.train_in(config, named, cluster, workdir, teachers(named, cluster, config.seed),
+                        progress=False)  # fmt: skip
+    return Policy(config, state.params), time.perf_counter() - began
+
+
+def uniform(policy: Policy, name: str, graph, cluster: Cluster, pipeline, key) -> float:
+    """µs: the best of 1 + samples uniformly random episodes, ranked exactly."""
+    bank = cl.Bank.of([(name, graph)], cluster)
+    rows = cl.candidates(policy.config, policy.params, bank, 0, key, pipeline.samples,
+                         pipeline.temperature, "uniform")  # fmt: skip
+    return rank_visited(PlacementGraph(name, graph), cluster, rows, "uniform").makespan
+
+
+def _cell(value) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(ROOT.parent / "shared/benchmarks/msr-fiddle"))
+    parser.add_argument("--families", default="cifar10,ptb,nmt")
+    parser.add_argument("--train", type=int, default=24, help="train graphs per family")
+    parser.add_argument("--set", action="append", default=[], help="config KEY=VALUE")
+    parser.add_argument("--checkpoint", default=None, help="place with this trained run")
+    parser.add_argument("--workdir", default=None, help="default: a new temporary folder")
+    parser.add_argument("--per-graph", action="store_true", help="also train on each graph")
+    parser.add_argument("--per-graph-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config of the per-graph runs")  # fmt: skip
+    parser.add_argument("--match", default=None, help="only files whose path contains this")
+    parser.add_argument("--pipeline-set", action="append", default=[], metavar="FIELD=VALUE")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    pipeline = make_pipeline("sampled", [f"pipeline.{s}" for s in args.pipeline_set])
+    cases = [c for c in benchmark_cases(args.data, kinds=("OperatorGraphs",))
+             if args.match is None or args.match in c.file]  # fmt: skip
+    began = time.perf_counter()
+    family = family_policy(args)
+    train_s = time.perf_counter() - began
+    key = jax.random.key(0)
+    rows = []
+    for case in cases:
+        name, graph, cluster = case.file, case.graph, case.cluster
+        named = [(name, graph)]
+        heuristics = [fast_heuristics(graph, cluster, key)]
+        best = fastest_fitting(heuristics[0])
+        policy = family
+
+        def placed(p: Policy, named=named, cluster=cluster, heuristics=heuristics):
+            (done,) = place_many(named, cluster, pipeline, p, key, compare=False,
+                                 heuristics=heuristics)  # fmt: skip
+            return done
+
+        mine = placed(policy)
+        row = {"graph": name, "ops": graph.n_ops, "devices": cluster.n_devices,
+               "heuristic": best.method, "heuristic_ms": best.makespan / 1e3,
+               "heuristic_fits": best.fits_memory, "policy_fits": mine.result.fits_memory,
+               "policy_ratio": mine.result.makespan / best.makespan,
+               "untrained_ratio": placed(untrained(policy)).result.makespan / best.makespan,
+               "uniform_ratio": uniform(policy, name, graph, cluster, pipeline, key)
+               / best.makespan,
+               "evaluations": mine.evaluations, "place_s": mine.wall_s}  # fmt: skip
+        if args.per_graph:
+            own, seconds = per_graph_policy(args, name, graph, cluster)
+            done = placed(own)
+            row |= {
+                "per_graph_ratio": done.result.makespan / best.makespan,
+                "per_graph_fits": done.result.fits_memory,
+                "per_graph_train_s": seconds,
+            }
+        rows.append(row)
+        print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+    labels = [label for label in LABELS if f"{label}_ratio" in rows[0]]
+    geo = {
+        label: math.exp(sum(math.log(r[f"{label}_ratio"]) for r in rows) / len(rows))
+        for label in labels
+    }
+    columns = ["graph", "ops", "devices", "heuristic", "heuristic_ms",
+               *(f"{label}_ratio" for label in labels)]  # fmt: skip
+    print(format_table([columns] + [[_cell(r[c]) for c in columns] for r in rows]))
+    print("geomean", {k: round(v, 4) for k, v in geo.items()}, f"train {train_s:.0f}s")
+    if args.out:
+        doc = {"families": args.families, "config": to_dict(family.config),
+               "pipeline": pipeline_json(pipeline), "train_s": train_s, "rows": rows,
+               "geomean": geo}  # fmt: skip
+        write_result(args.out, doc, sys.argv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
