@@ -1,0 +1,54 @@
+"""experiments/construct_benchmarks.py end to end on a one-file benchmark folder."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import make_config
+from placeto_jax.graphs.core import Graph
+from placeto_jax.rl import construct_loop as loop
+from placeto_jax.stages.teachers import teachers
+
+SCRIPT = Path(__file__).parents[1] / "experiments" / "construct_benchmarks.py"
+
+
+def _operator_file(path: Path) -> None:
+    """A fork-join of 6 operators on 3 accelerators of 1 GB."""
+    nodes = [
+        {"id": i, "supportedOnFpga": 1, "cpuLatency": 1.0, "fpgaLatency": 0.1 * (i + 1),
+         "isBackwardNode": False, "size": 1e6, "name": f"op{i}"}
+        for i in range(6)
+    ]  # fmt: skip
+    edges = [{"sourceId": a, "destId": b, "cost": 0.01, "size": 1e5} for a, b in
+             [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4), (4, 5)]]  # fmt: skip
+    doc = {"maxSizePerFPGA": 1e9, "maxFPGAs": 3, "maxCPUs": 1, "nodes": nodes, "edges": edges}
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.slow
+def test_an_untrained_checkpoint_places_like_its_control_on_another_device_count(tmp_path):
+    spec = importlib.util.spec_from_file_location("construct_benchmarks", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _operator_file(tmp_path / "data" / "throughput-inputs" / "OperatorGraphs" / "fork.json")
+    config = make_config("construct", ["train.imitation=0"], n_devices=2)  # no update at all
+    named = [("chain", Graph.from_edges(cost=[1.0, 2.0], out_bytes=[8, 8], edges=[(0, 1)]))]
+    cluster = Cluster.preset("placeto-k80", 2)
+    loop.train_in(config, named, cluster, tmp_path / "run", teachers(named, cluster, 0), False)
+    out = tmp_path / "out.json"
+    argv = ["--data", str(tmp_path / "data"), "--checkpoint", str(tmp_path / "run"),
+            "--per-graph", "--per-graph-set", "train.imitation=2", "--out", str(out)]  # fmt: skip
+    assert module.main(argv) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["devices"] == 3 and row["ops"] == 6 and row["evaluations"] == 17
+    assert row["policy_ratio"] == row["untrained_ratio"]  # the same weights, the same pipeline
+    assert row["policy_fits"] and row["heuristic_fits"]
+    assert row["policy_ratio"] == pytest.approx(row["policy_raw_ratio"])  # fits: no penalty
+    for label in ("uniform", "per_graph"):
+        assert row[f"{label}_ratio"] > 0
