@@ -145,6 +145,32 @@ def test_a_device_without_room_is_not_allowed_unless_none_has_room():
     np.testing.assert_array_equal(np.asarray(out.allowed[0])[:2], [[True, True]] * 2)
 
 
+def test_memory_freed_by_the_simulator_is_not_held_against_a_device():
+    # Three independent ops of 8 kB outputs and 4 kB weights: one after another on device 0,
+    # each output freed when its op ends, so 12 kB + 8 kB = 20 kB at most (the simulator's
+    # peak); parameters and outputs summed (the observed bound, 36 kB) would forbid the third.
+    cluster = Cluster.preset("placeto-k80", 2, memory=(20e3, 1e9))
+    graph = Graph.from_edges(cost=[10.0] * 3, out_bytes=[8e3] * 3, edges=np.zeros((0, 2), int),
+                             param_bytes=[4e3] * 3)  # fmt: skip
+
+    def first_allowed(t, features, allowed, key):
+        return jnp.argmax(allowed)
+
+    built, out = _episodes(graph, cluster, first_allowed)
+    np.testing.assert_array_equal(np.asarray(out.allowed[0])[:3], [[True, True]] * 3)
+    np.testing.assert_array_equal(built.placement(np.asarray(out.device[0])), [0, 0, 0])
+    assert float(simulate(graph, cluster, np.zeros(3, int)).peak_memory[0]) == 20e3
+    memory = np.asarray(out.features[0])[:3, 0, 9]  # the observed bound over capacity
+    np.testing.assert_allclose(memory, [12e3 / 20e3, 24e3 / 20e3, 36e3 / 20e3], rtol=1e-6)
+    heavy = Graph.from_edges(
+        cost=[10.0] * 3, out_bytes=[8e3] * 3, edges=np.zeros((0, 2), int), param_bytes=[6e3] * 3
+    )  # 6 + 6 + 6 + 8 = 26 kB: surely over
+    _, out = _episodes(heavy, cluster, first_allowed)
+    np.testing.assert_array_equal(
+        np.asarray(out.allowed[0])[:3], [[True, True]] * 2 + [[False, True]]
+    )
+
+
 def test_the_policy_is_equivariant_under_renaming_devices():
     config = _config()
     bank = loop.Bank.of([("g", _fork())], CLUSTER)

@@ -5,16 +5,18 @@ State: the devices chosen so far and a list schedule of them on the simulator's 
 model (as `placers.timeline.Timeline` without insertion): each op starts when its device is free
 and its inputs have arrived; a remote input is one transfer of the producer's output on the
 producer's device's bus (first-in first-out, `delta2` after each), shared by every remote device
-(broadcast); a device stays busy `delta1` after an op of nonzero cost; memory is the
-conservative bound of parameters and outputs placed, never freed.
+(broadcast); a device stays busy `delta1` after an op of nonzero cost; memory is observed as
+the conservative bound of parameters and outputs placed, never freed.
 
 Observation at step t, per device d (`N_DYNAMIC` features, times divided by the graph's scale):
 when op t's inputs would be on d, when d is free, the earliest start and finish on d (absolute
 and relative to the best device), the fraction of op t's input bytes already on d, the new
 transfer time placing it there would need, d's assigned busy time (absolute and against the
 mean), d's memory after placing op t over its capacity, whether d holds op t - 1, d's
-relative speed, and whether a declared start (the hint) puts op t on d. Devices whose memory
-bound would overflow are not allowed (all are, when none fits). A co-location class's later
+relative speed, and whether a declared start (the hint) puts op t on d. Devices that surely
+overflow are not allowed (all are, when none fits): their parameters and the largest bytes any
+of their ops holds while it runs (its output and inputs), a lower bound of the simulator's peak
+memory, exceed their capacity. A co-location class's later
 members follow their leader: no decision.
 
 An episode costs O(N (K + D)) for N ops of at most K parents on D devices; its placement is
@@ -44,6 +46,8 @@ class GraphArrays:
     cost: jax.Array  # [G, Np] µs
     out_bytes: jax.Array  # [G, Np] bytes
     own_bytes: jax.Array  # [G, Np] bytes
+    param_bytes: jax.Array  # [G, Np] bytes
+    need_bytes: jax.Array  # [G, Np] bytes
     parents: jax.Array  # [G, Np, K] int32
     parent_mask: jax.Array  # [G, Np, K] bool
     leader: jax.Array  # [G, Np] int32
@@ -101,6 +105,8 @@ class Schedule:
     bus_free: jax.Array  # [D] µs
     busy: jax.Array  # [D] µs of compute assigned
     memory: jax.Array  # [D] bytes charged
+    params: jax.Array  # [D] parameter bytes placed
+    need: jax.Array  # [D] bytes: the most any op placed there holds while it runs
 
     @classmethod
     def empty(cls, n_pad: int, n_devices: int) -> Schedule:
@@ -113,6 +119,8 @@ class Schedule:
             bus_free=zeros,
             busy=zeros,
             memory=zeros,
+            params=zeros,
+            need=zeros,
         )
 
 
@@ -159,7 +167,7 @@ def look(g: GraphArrays, m: Machine, s: Schedule, t: jax.Array) -> Look:
     local_fraction = (in_bytes[:, None] * local).sum(0) / jnp.maximum(in_bytes.sum(), 1.0)
     new_transfer = (jnp.where(mask & ~sent, transfer, 0.0)[:, None] * ~local).sum(0)
     memory_after = s.memory + g.own_bytes[t]
-    fits = memory_after <= m.capacity
+    fits = s.params + g.param_bytes[t] + jnp.maximum(s.need, g.need_bytes[t]) <= m.capacity
     allowed = jnp.where(fits.any(), fits, True)
     previous = s.device[jnp.maximum(t - 1, 0)]
     op_time = jnp.maximum(duration.mean() + m.delta1, 1e-3)
@@ -208,6 +216,8 @@ def commit(
         bus_free=bus_free,
         busy=s.busy.at[device].add(busy),
         memory=s.memory.at[device].add(jnp.where(real, g.own_bytes[t], 0.0)),
+        params=s.params.at[device].add(jnp.where(real, g.param_bytes[t], 0.0)),
+        need=s.need.at[device].max(jnp.where(real, g.need_bytes[t], 0.0)),
     )
 
 

@@ -32,6 +32,9 @@ class ConstructGraph:
     cost: np.ndarray  # [Np] float32 µs at speed 1 (0 on padding)
     out_bytes: np.ndarray  # [Np] float32 bytes
     own_bytes: np.ndarray  # [Np] float32 bytes charged on placing (a class's all at its leader)
+    param_bytes: np.ndarray  # [Np] float32 parameter bytes charged on placing (likewise)
+    need_bytes: np.ndarray  # [Np] float32 bytes live while the op runs: its output and every
+    #                         input (a class's largest at its leader)
     parents: np.ndarray  # [Np, K] int32 visiting positions of the parents (0 on padding)
     parent_mask: np.ndarray  # [Np, K] bool
     leader: np.ndarray  # [Np] int32 position of the op that decides this op's device
@@ -127,7 +130,9 @@ def build(
         op_index=order,
         cost=_padded(graph.cost[order], n_pad),
         out_bytes=_padded(graph.out_bytes[order], n_pad),
-        own_bytes=_padded(_charged_bytes(graph, order), n_pad),
+        own_bytes=_padded(_charged(graph.param_bytes + graph.out_bytes, graph, order), n_pad),
+        param_bytes=_padded(_charged(graph.param_bytes, graph, order), n_pad),
+        need_bytes=_padded(_charged(_live_bytes(graph), graph, order, np.maximum), n_pad),
         parents=parents,
         parent_mask=mask,
         leader=_leaders(graph, order, n_pad),
@@ -176,10 +181,11 @@ def _padded(values: np.ndarray, n_pad: int) -> np.ndarray:
     return out
 
 
-def _charged_bytes(graph: Graph, order: np.ndarray) -> np.ndarray:
-    """[N] bytes charged at each visiting position: the op's parameters and output, a class's
-    all at its leader (later members 0), as the list schedulers' memory bound charges them."""
-    own = (graph.param_bytes + graph.out_bytes)[order]
+def _charged(per_op: np.ndarray, graph: Graph, order: np.ndarray, combine=np.add) -> np.ndarray:
+    """[N] bytes charged at each visiting position: `per_op` [N] (by op index) of the op, a
+    class's members combined (`combine`: summed, or their largest) at its leader, later members
+    0, as the list schedulers' memory bound charges them."""
+    own = np.asarray(per_op, np.float64)[order]
     if graph.colocation is None:
         return own
     classes = graph.colocation[order]
@@ -187,9 +193,17 @@ def _charged_bytes(graph: Graph, order: np.ndarray) -> np.ndarray:
     grouped = np.flatnonzero(classes >= 0)
     ids, first = np.unique(classes[grouped], return_index=True)
     totals = np.zeros(ids.size)
-    np.add.at(totals, np.searchsorted(ids, classes[grouped]), own[grouped])
+    combine.at(totals, np.searchsorted(ids, classes[grouped]), own[grouped])
     out[grouped[first]] = totals
     return out
+
+
+def _live_bytes(graph: Graph) -> np.ndarray:
+    """[N] bytes on an op's device while it runs, wherever it is placed: its output (allocated
+    when it starts) and each input (the producer's output or its copy, freed after it ends)."""
+    inputs = np.zeros(graph.n_ops)
+    np.add.at(inputs, graph.edges[:, 1], graph.out_bytes[graph.edges[:, 0]])
+    return graph.out_bytes + inputs
 
 
 def _leaders(graph: Graph, order: np.ndarray, n_pad: int) -> np.ndarray:
