@@ -101,24 +101,26 @@ def test_curve_ranks_by_penalised_makespan_and_keeps_the_best_placements_raw_mak
 
 def test_a_table1_curve_figure_shows_every_method_of_its_row():
     cell = {"graph": "g", "devices": 2}
-    quality = [cell | {m: float(k + 1) for k, m in enumerate(table1.BASELINES)}]  # ms
-    memory = [cell | {m: m != "single" for m in table1.BASELINES}]
+    methods = (*table1.BASELINES, table1.CONSTRUCT)
+    quality = [cell | {m: float(k + 1) for k, m in enumerate(methods)}]  # ms
+    memory = [cell | {m: m != "single" for m in methods}]
     one = Curve.of([0, 8], [0.0, 1.0], [900.0, 800.0], [900.0, 800.0], [True, True])
     curves = {("g", 2, m): one for m in table1.LEARNED} | {("h", 2, "rnn"): one}
     single, others = table1._levels_of(quality, memory, "g", 2)
-    assert single == (1000.0, False) and list(others) == list(table1.BASELINES[1:])
+    assert single == (1000.0, False) and list(others) == list(methods[1:])
     assert others["expert"] == (2000.0, True)
     figure = Figure()
     draw_learning_curves(figure, table1._curves_of(curves, "g", 2), "g", single, others)
     labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
     assert labels[:3] == list(table1.LEARNED) and labels[3] == "single device 1 ms (does not fit)"
-    assert [label.split()[0] for label in labels[4:]] == list(table1.BASELINES[1:])
+    assert [label.split()[0] for label in labels[4:]] == list(methods[1:])
 
 
 def test_relative_makespans_divide_by_the_best_baseline_of_each_graph():
     rows = [
         {"family": "f", "graph": "g", "zero-shot": 90.0, "from-scratch": 100.0,
-         "fine-tuned": 80.0, "single": 200.0, "heft": 100.0},
+         "fine-tuned": 80.0, "construct zero-shot": 95.0, "construct per-graph": 70.0,
+         "single": 200.0, "heft": 100.0},
     ]  # fmt: skip
     (out,) = generalization.relative_to_best_baseline(rows, ("single", "heft"))
     assert out == {
@@ -127,6 +129,8 @@ def test_relative_makespans_divide_by_the_best_baseline_of_each_graph():
         "zero-shot": 0.9,
         "from-scratch": 1.0,
         "fine-tuned": 0.8,
+        "construct zero-shot": 0.95,
+        "construct per-graph": 0.7,
         "single": 2.0,
         "heft": 1.0,
     }
@@ -326,6 +330,7 @@ TINY_PLACETO = (
     "policy.rounds=1",
     "run.group_target=8",
 )
+TINY_CONSTRUCT = ("train.imitation=2", "train.iterations=2", "run.eval_every=1")
 
 
 @pytest.mark.slow
@@ -337,6 +342,7 @@ def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         search_budget=64,
         learned_budget=64,
         placeto=TINY_PLACETO,
+        construct=TINY_CONSTRUCT,
     )
     monkeypatch.setitem(table1.PRESETS, "quick", settings)
     # no naming rules know layered graphs: the expert refuses them (table1's zoo graphs have rules)
@@ -344,8 +350,9 @@ def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     readme = table1.run_table1(tmp_path, "quick", progress=False)
     rows = json.loads((tmp_path / "table1" / "makespan.json").read_text())
     assert [(r["graph"], r["devices"]) for r in rows] == [("layered:12", 2), ("layered:16:1", 2)]
+    methods = (*table1.BASELINES, *table1.LEARNED, table1.CONSTRUCT)
     for row in rows:
-        assert all(0 < row[m] < np.inf for m in table1.BASELINES + table1.LEARNED)
+        assert all(0 < row[m] < np.inf for m in methods)
     cost = json.loads((tmp_path / "table1" / "training_cost.json").read_text())
     assert {r["method"] for r in cost} == set(table1.LEARNED)
     assert all(0 <= r["evaluations_to_5pct"] <= r["evaluations"] for r in cost)
@@ -353,9 +360,9 @@ def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         if not r["improved"]:
             assert r["rnn_over_this_evals_to_5pct"] is None
     fits = json.loads((tmp_path / "table1" / "fits_memory.json").read_text())
-    assert all(isinstance(f[m], bool) for f in fits for m in table1.BASELINES + table1.LEARNED)
+    assert all(isinstance(f[m], bool) for f in fits for m in methods)
     walls = json.loads((tmp_path / "table1" / "wall_s.json").read_text())
-    assert all(w[m] >= 0 for w in walls for m in table1.BASELINES + table1.LEARNED)
+    assert all(w[m] >= 0 for w in walls for m in methods)
     evals = json.loads((tmp_path / "table1" / "evaluations.json").read_text())
     assert [(r["graph"], r["devices"]) for r in evals] == [(r["graph"], r["devices"]) for r in rows]
     for r in evals:  # rules and list schedulers simulate nothing
@@ -364,6 +371,7 @@ def test_table1_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         assert r["cross-entropy"] == 256  # at least one round of 256, past the budget of 64
         spent = {c["method"]: c["evaluations"] for c in cost if c["graph"] == r["graph"]}
         assert {m: r[m] for m in table1.LEARNED} == spent
+        assert r["construct"] > 17  # its training's simulations and its 17 episodes
     assert "## Training cost of the learned methods" in readme.read_text()
     assert (tmp_path / "table1" / "curve_layered_12_d2.png").is_file()
     assert (tmp_path / "table1" / "gantt_layered_16_1_d2.png").is_file()
@@ -409,6 +417,8 @@ def test_generalization_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         family_training=TINY_PLACETO,
         per_graph_iterations=2,
         baselines=("single", "heft"),
+        construct_training=TINY_CONSTRUCT,
+        construct_per_graph=TINY_CONSTRUCT,
     )
     monkeypatch.setitem(generalization.PRESETS, "quick", settings)
     generalization.run_generalization(tmp_path, "quick", progress=False)
@@ -419,6 +429,7 @@ def test_generalization_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     for row, rel in zip(rows, relative, strict=True):
         best = min(row["single"], row["heft"])
         assert rel["zero-shot"] == pytest.approx(row["zero-shot"] / best)
+        assert rel["construct per-graph"] == pytest.approx(row["construct per-graph"] / best)
         assert min(rel["single"], rel["heft"]) == pytest.approx(1.0)
     evals = json.loads((out / "evaluations.json").read_text())
     assert [r["graph"] for r in evals] == [r["graph"] for r in rows]
@@ -427,5 +438,7 @@ def test_generalization_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         # at most 8 nodes: one greedy episode <= 8 steps + 9 ranked; two updates of 4 episodes
         # alone are 2 x 4 x (nodes + 1) > that
         assert 0 < r["zero-shot"] <= 17 < r["from-scratch"] and r["fine-tuned"] > 17
+        assert r["construct zero-shot"] == 17 < r["construct per-graph"]
     assert (out / "cdf.png").is_file() and (out / "runs" / "cifar10-d4-quick").is_dir()
+    assert (out / "runs" / "cifar10-construct-d4-quick").is_dir()
     assert (out / "gantt_family_cifar10_25.png").is_file()

@@ -1,30 +1,41 @@
 """Generalisation: one Placeto policy per family (cifar10, ptb, nmt) trained on the train
 split, then, on every test graph, the policy zero-shot, Placeto trained on that graph from
-scratch, Placeto fine-tuned from the family policy, and the baselines.
+scratch, Placeto fine-tuned from the family policy, and the baselines; and the construct agent
+(`rl/construct_loop.py`) trained on the same train graphs, zero-shot, and trained on that test
+graph alone, both placed by the `sampled` pipeline.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
 from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import Config, make_config, to_dict
+from placeto_jax.config import PIPELINES, Config, make_config, to_dict
 from placeto_jax.env.bank import prepare
 from placeto_jax.graphs import families
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import load
+from placeto_jax.pipeline import Placed, Policy, place_many
 from placeto_jax.placers import run_method
 from placeto_jax.plotting import draw_relative_cdf
 from placeto_jax.reproduce.output import EVALUATIONS, SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import PlacetoBench, simulations
+from placeto_jax.rl.construct_loop import Teacher, train_in
 from placeto_jax.rl.loop import train_and_evaluate
+from placeto_jax.stages.teachers import best_teacher
 
 MS = 1e3  # µs
 PLACETO = ("zero-shot", "from-scratch", "fine-tuned")
+CONSTRUCT = ("construct zero-shot", "construct per-graph")
+Columns = dict[str, tuple]  # {method: (its placement, simulator evaluations it spent)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +50,10 @@ class Settings:
     per_graph_iterations: int  # updates of the from-scratch and fine-tuning runs
     baselines: tuple[str, ...]
     search_budget: int  # simulator evaluations of the search baselines
+    # config overrides (construct preset) of the family construct policy, and of the construct
+    # policy trained on each test graph alone
+    construct_training: tuple[str, ...] = ()
+    construct_per_graph: tuple[str, ...] = ("train.imitation=100", "train.iterations=30")
     cluster: str = "placeto-k80"
     seed: int = 0
 
@@ -53,6 +68,8 @@ PRESETS = {
         per_graph_iterations=10,
         baselines=("single", "random", "metis", "heft", "m-etf"),
         search_budget=256,
+        construct_training=("train.imitation=300", "train.iterations=0"),
+        construct_per_graph=("train.imitation=100", "train.iterations=30"),
     ),
     "full": Settings(
         families=("cifar10", "ptb", "nmt"),
@@ -77,6 +94,8 @@ PRESETS = {
             "cross-entropy",
         ),
         search_budget=4096,
+        construct_training=("train.imitation=300", "train.iterations=100"),
+        construct_per_graph=("train.imitation=300", "train.iterations=200"),
     ),
 }
 
@@ -97,64 +116,191 @@ def per_graph_config(settings: Settings) -> Config:
     )
 
 
+def construct_config(overrides: Sequence[str], devices: int, cluster: str, seed: int) -> Config:
+    """The construct preset with `overrides`, on `devices` devices of cluster preset `cluster`."""
+    return make_config("construct", list(overrides), n_devices=devices, cluster_preset=cluster,
+                       seed=seed)  # fmt: skip
+
+
 def run_generalization(root: str | Path, preset: str = "quick", progress: bool = True) -> Path:
     settings = PRESETS[preset]
     recorder = Recorder(root, "generalization", preset)
     cluster = Cluster.preset(settings.cluster, settings.devices)
-    family, short = family_config(settings), per_graph_config(settings)
-    target = family.run.group_target
+    runs = recorder.directory / "runs"
     rows, evaluations = [], []
     for name in settings.families:
-        train = [
-            prepare(n, g, target, cluster.delta1)
-            for n, g in _split(name, "train", settings.train_graphs)
-        ]
+        train = _split(name, "train", settings.train_graphs)
         tests = _split(name, "test", settings.test_graphs)
-        trained = train_and_evaluate(
-            family,
-            train,
-            recorder.directory / "runs" / f"{name}-d{settings.devices}-{preset}",
-            progress=progress,
-        )
-        bench = PlacetoBench(
-            short, [prepare(n, g, target, cluster.delta1) for n, g in tests], cluster
-        )
+        run = f"d{settings.devices}-{preset}"
+        placeto = _placeto(settings, train, tests, cluster, runs / f"{name}-{run}", progress)
+        construct = _construct(settings, train, cluster, runs / f"{name}-construct-{run}", progress)
         for i, (graph_name, graph) in enumerate(
             tqdm(tests, desc=f"{name} test", unit="graph", disable=not progress)
         ):
             key = jax.random.key(settings.seed)
-            zero_shot = bench.place(trained.state.params, i)
-            scratch = bench.fit(i, key)
-            tuned = bench.fit(i, key, init_params=trained.state.params, init_placement=zero_shot)
-            found = {"zero-shot": zero_shot, "from-scratch": scratch.best, "fine-tuned": tuned.best}
-            evals = {
-                "zero-shot": simulations(zero_shot),
-                "from-scratch": scratch.evaluations,
-                "fine-tuned": tuned.evaluations,
-            }
-            for method in settings.baselines:
-                budget = settings.search_budget if method in SEARCH_METHODS else None
-                found[method] = run_method(method, graph, cluster, key, budget)
-                evals[method] = found[method].evaluations
+            columns = (
+                placeto(i, key)
+                | construct(graph_name, graph, key)
+                | _baselines(settings, graph, cluster, key)
+            )
+            found = {m: r for m, (r, _) in columns.items()}
             row = {"family": name, "graph": graph_name, "ops": graph.n_ops}
             rows.append(row | {m: r.makespan / MS for m, r in found.items()})
-            evaluations.append(row | evals)
-            winner, _ = fastest({m: (r.makespan, r.fits_memory) for m, r in found.items()})
-            recorder.gantt(
-                f"gantt_{graph_name.replace(':', '_').replace('/', '_')}",
-                f"Best placement: {graph_name}, {settings.devices} devices",
-                graph,
-                cluster,
-                found[winner].placement,
-                winner,
-            )
+            evaluations.append(row | {m: n for m, (_, n) in columns.items()})
+            _gantt(recorder, settings, graph_name, graph, cluster, found)
     _write(recorder, settings, rows, evaluations)
     header = {
         **dataclasses.asdict(settings),
-        "family_config": to_dict(family),
-        "per_graph_config": to_dict(short),
+        "family_config": to_dict(family_config(settings)),
+        "per_graph_config": to_dict(per_graph_config(settings)),
+        "construct_config": to_dict(_construct_config(settings, settings.construct_training)),
+        "construct_per_graph_config": to_dict(
+            _construct_config(settings, settings.construct_per_graph)
+        ),
     }
     return recorder.finish(header, [settings.seed], NOTES)
+
+
+def _placeto(
+    settings: Settings,
+    train: list[tuple[str, Graph]],
+    tests: list[tuple[str, Graph]],
+    cluster: Cluster,
+    workdir: Path,
+    progress: bool,
+) -> Callable[[int, jax.Array], Columns]:
+    """Placeto's columns of test graph i (of `tests`): the family policy, trained on `train` in
+    `workdir`, zero-shot, from scratch and fine-tuned."""
+    family, short = family_config(settings), per_graph_config(settings)
+    target = family.run.group_target
+    prepared = [prepare(n, g, target, cluster.delta1) for n, g in train]
+    trained = train_and_evaluate(family, prepared, workdir, progress=progress)
+    bench = PlacetoBench(short, [prepare(n, g, target, cluster.delta1) for n, g in tests], cluster)
+
+    def columns(i: int, key: jax.Array) -> Columns:
+        zero_shot = bench.place(trained.state.params, i)
+        scratch = bench.fit(i, key)
+        tuned = bench.fit(i, key, init_params=trained.state.params, init_placement=zero_shot)
+        return {
+            "zero-shot": (zero_shot, simulations(zero_shot)),
+            "from-scratch": (scratch.best, scratch.evaluations),
+            "fine-tuned": (tuned.best, tuned.evaluations),
+        }
+
+    return columns
+
+
+def _construct(
+    settings: Settings,
+    train: list[tuple[str, Graph]],
+    cluster: Cluster,
+    workdir: Path,
+    progress: bool,
+) -> Callable[[str, Graph, jax.Array], Columns]:
+    """The construct agent's columns of a test graph: the policy trained on the op graphs
+    `train` in `workdir`, zero-shot, and one trained on that graph alone."""
+    config = _construct_config(settings, settings.construct_training)
+    family, _ = train_construct(config, train, cluster, workdir, progress)
+    per_graph = _construct_config(settings, settings.construct_per_graph)
+
+    def columns(name: str, graph: Graph, key: jax.Array) -> Columns:
+        zero_shot = place_construct(family, name, graph, cluster, key)
+        own, spent, _ = per_graph_construct(per_graph, name, graph, cluster, key)
+        return {
+            "construct zero-shot": (zero_shot.result, zero_shot.evaluations),
+            "construct per-graph": (own.result, spent),
+        }
+
+    return columns
+
+
+def _construct_config(settings: Settings, overrides: Sequence[str]) -> Config:
+    """`construct_config` on the preset's devices, cluster and seed."""
+    return construct_config(overrides, settings.devices, settings.cluster, settings.seed)
+
+
+def _baselines(settings: Settings, graph: Graph, cluster: Cluster, key: jax.Array) -> Columns:
+    """The baselines' columns of a test graph."""
+    out = {}
+    for method in settings.baselines:
+        budget = settings.search_budget if method in SEARCH_METHODS else None
+        result = run_method(method, graph, cluster, key, budget)
+        out[method] = (result, result.evaluations)
+    return out
+
+
+def _gantt(recorder, settings, graph_name, graph, cluster, found) -> None:
+    """The Gantt chart of the fastest placement that fits memory among `found`."""
+    winner, _ = fastest({m: (r.makespan, r.fits_memory) for m, r in found.items()})
+    recorder.gantt(
+        f"gantt_{graph_name.replace(':', '_').replace('/', '_')}",
+        f"Best placement: {graph_name}, {settings.devices} devices",
+        graph,
+        cluster,
+        found[winner].placement,
+        winner,
+    )
+
+
+def construct_teachers(
+    named: list[tuple[str, Graph]], cluster: Cluster, seed: int
+) -> tuple[list[Teacher], int]:
+    """Each op graph's teacher (`stages.teachers.teachers`) and the simulations choosing them
+    took (each fast heuristic's own and one scoring it)."""
+    taught, spent = [], 0
+    for _, graph in named:
+        results = best_teacher(graph, cluster, jax.random.key(seed))
+        taught.append(Teacher(results[0].placement, results[0].makespan))
+        spent += sum(r.evaluations + 1 for r in results)
+    return taught, spent
+
+
+def training_simulations(config: Config, n_graphs: int) -> int:
+    """Exact simulations a construct run of `config` on `n_graphs` graphs runs
+    (`construct_loop.train_in`): `train.episodes` per drawn graph in each self-imitation
+    update, and one greedy episode per graph at each evaluation (imitation simulates none)."""
+    train = config.train
+    total = train.imitation + train.iterations
+    drawn = min(train.graphs_per_update or n_graphs, n_graphs)
+    every = config.run.eval_every
+    evaluated = sum(1 for i in range(1, total + 1) if i % every == 0 or i == total)
+    return train.iterations * train.episodes * drawn + evaluated * n_graphs
+
+
+def train_construct(
+    config: Config,
+    named: list[tuple[str, Graph]],
+    cluster: Cluster,
+    workdir: str | os.PathLike,
+    progress: bool = False,
+) -> tuple[Policy, int]:
+    """A construct policy trained on the op graphs `named` in `workdir` (resumed if there), and
+    the simulations its run spends: teachers, self-imitation and greedy evaluations."""
+    taught, spent = construct_teachers(named, cluster, config.seed)
+    state = train_in(config, named, cluster, workdir, taught, progress)
+    return Policy(config, state.params), spent + training_simulations(config, len(named))
+
+
+def place_construct(
+    policy: Policy, name: str, graph: Graph, cluster: Cluster, key: jax.Array
+) -> Placed:
+    """`graph` placed by `policy` through the `sampled` pipeline (greedy + 16 samples)."""
+    (placed,) = place_many([(name, graph)], cluster, PIPELINES["sampled"], policy, key,
+                           compare=False)  # fmt: skip
+    return placed
+
+
+def per_graph_construct(
+    config: Config, name: str, graph: Graph, cluster: Cluster, key: jax.Array
+) -> tuple[Placed, int, float]:
+    """A construct policy of `config` trained on `graph` alone (in a temporary workdir, so
+    always from scratch) and placed by the `sampled` pipeline: (its placement, the simulations
+    of training and placing, their wall seconds)."""
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="construct-") as workdir:
+        policy, spent = train_construct(config, [(name, graph)], cluster, workdir)
+    placed = place_construct(policy, name, graph, cluster, key)
+    return placed, spent + placed.evaluations, time.perf_counter() - began
 
 
 def _split(family: str, split: str, k: int) -> list[tuple[str, Graph]]:
@@ -165,7 +311,7 @@ def _split(family: str, split: str, k: int) -> list[tuple[str, Graph]]:
 
 def relative_to_best_baseline(rows: list[dict], baselines: tuple[str, ...]) -> list[dict]:
     """Every method's makespan divided by the best baseline's on the same graph."""
-    methods = PLACETO + baselines
+    methods = PLACETO + CONSTRUCT + baselines
     out = []
     for row in rows:
         best = min(row[m] for m in baselines)
@@ -183,7 +329,9 @@ def _write(
         "Makespan (ms) per test graph",
         rows,
         note=f"{settings.devices} devices of `{settings.cluster}`; Placeto columns are the "
-        "exact op-graph makespans of the best placement found (zero-shot: one greedy episode).",
+        "exact op-graph makespans of the best placement found (zero-shot: one greedy episode); "
+        "construct columns of the best of the `sampled` pipeline's 17 episodes (greedy + 16 "
+        "sampled at T = 0.6), each simulated exactly.",
     )
     recorder.table(
         "evaluations",
@@ -191,7 +339,11 @@ def _write(
         evaluations,
         note=f"{EVALUATIONS} Zero-shot and fine-tuned do not count the family policy's "
         "training (shared by the family's graphs); fine-tuned starts from the zero-shot "
-        "placement.",
+        "placement. Construct zero-shot: its 17 episodes, each simulated once (not the family "
+        "construct policy's training). Construct per-graph: its training's exact simulations "
+        "(the 5 teacher heuristics' own and one scoring each, every self-imitation episode, "
+        "each greedy evaluation) and the 17 episodes; its imitation updates and its episodes' "
+        "list-schedule observations simulate nothing.",
     )
     relative = relative_to_best_baseline(rows, settings.baselines)
     recorder.table(
@@ -208,8 +360,10 @@ def _write(
 
 
 def _shown(settings: Settings) -> list[str]:
-    """The methods the CDF draws: Placeto's and the baselines metis, heft, single if run."""
-    return [*PLACETO, *(m for m in ("metis", "heft", "single") if m in settings.baselines)]
+    """The methods the CDF draws: Placeto's, the construct agent's and the baselines metis,
+    heft, single if run."""
+    baselines = (m for m in ("metis", "heft", "single") if m in settings.baselines)
+    return [*PLACETO, *CONSTRUCT, *baselines]
 
 
 NOTES = """
@@ -218,5 +372,9 @@ split is a different architecture. The family policy is trained on the train spl
 host loop (`placeto-jax train`, checkpointed under `runs/`); every test graph is then placed by
 that policy zero-shot (one greedy episode), by Placeto trained on that graph alone from scratch,
 and by the family policy fine-tuned on it (both runs the same short budget), and by the
-baselines on the op graph.
+baselines on the op graph. The construct agent (`agent=construct`, docs/agent.md) is trained on
+the same train graphs' op graphs (checkpointed under `runs/`, `-construct-`) and places every
+test graph zero-shot, and a construct policy trained on that test graph alone (imitation of its
+best fast heuristic, then self-imitation: `construct_per_graph`) places it too; both through
+the `sampled` pipeline on the op graph.
 """

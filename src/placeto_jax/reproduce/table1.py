@@ -2,7 +2,9 @@
 
 Every method places the same grouped zoo graph on the same simulated cluster; the learned ones
 (RNN placer, hierarchical planner, Placeto trained on that graph) also report the simulator
-evaluations and wall time they needed to come within 5% of their final makespan.
+evaluations and wall time they needed to come within 5% of their final makespan. The construct
+agent (`rl/construct_loop.py`), trained on that graph alone and placed by the `sampled` pipeline,
+reports its makespan, evaluations and wall time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import PlacerResult, run_method
 from placeto_jax.plotting import draw_learning_curves
 from placeto_jax.reproduce import learned
+from placeto_jax.reproduce.generalization import construct_config, per_graph_construct
 from placeto_jax.reproduce.output import EVALUATIONS, SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import Curve, PlacetoBench
 from placeto_jax.rl.evaluate import Placement
@@ -29,6 +32,7 @@ from placeto_jax.rl.evaluate import Placement
 MS = 1e3  # µs
 BASELINES = ("single", "expert", "metis", "heft", "m-etf", "m-sct", "local-search", "cross-entropy")
 LEARNED = ("rnn", "hierarchical", "placeto")
+CONSTRUCT = "construct"  # the construct agent trained on the cell's graph alone
 TOLERANCE = 0.05  # "within 5% of the final makespan"
 
 
@@ -41,6 +45,8 @@ class Settings:
     search_budget: int  # simulator evaluations of local search and the cross-entropy method
     learned_budget: int  # simulator evaluations of the RNN placer and the hierarchical planner
     placeto: tuple[str, ...]  # config overrides of Placeto on top of the tiny preset
+    # config overrides of the construct agent on top of the construct preset
+    construct: tuple[str, ...] = ("train.imitation=100", "train.iterations=30")
     cluster: str = "placeto-k80"
     seed: int = 0
 
@@ -53,6 +59,7 @@ PRESETS = {
         search_budget=512,
         learned_budget=512,
         placeto=("train.iterations=20", "train.episodes=16", "run.eval_every=5"),
+        construct=("train.imitation=100", "train.iterations=30"),
     ),
     "full": Settings(
         graphs=GRAPHS,
@@ -66,6 +73,7 @@ PRESETS = {
             "run.group_target=128",
             "policy.rounds=8",
         ),
+        construct=("train.imitation=300", "train.iterations=200"),
     ),
 }
 
@@ -82,6 +90,7 @@ def run_table1(root: str | Path, preset: str = "quick", progress: bool = True) -
         cluster = Cluster.preset(settings.cluster, n_devices)
         config = make_config("tiny", list(settings.placeto), n_devices=n_devices)
         config = dataclasses.replace(config, cluster_preset=settings.cluster, seed=settings.seed)
+        construct = construct_config(settings.construct, n_devices, settings.cluster, settings.seed)
         bench = PlacetoBench(
             config,
             [prepare(s, g, config.run.group_target, cluster.delta1) for s, g in graphs.items()],
@@ -124,6 +133,11 @@ def run_table1(root: str | Path, preset: str = "quick", progress: bool = True) -
                         "wall_s": float(curve.wall_s[-1]),
                     }
                 )
+            placed, spent, seconds = per_graph_construct(construct, spec, graph, cluster, key)
+            result = placed.result
+            row[CONSTRUCT], walls[CONSTRUCT] = result.makespan / MS, seconds
+            fit[CONSTRUCT], placements[CONSTRUCT] = result.fits_memory, result.placement
+            evals[CONSTRUCT] = spent
             quality.append(row)
             wall.append(walls)
             evaluations.append(evals)
@@ -167,7 +181,8 @@ def _write(recorder, quality, cost, wall, evaluations, memory, curves) -> None:
         "Makespan (ms) per graph and device count",
         quality,
         note="Simulated step time of each method's placement (lower is better); the learned "
-        "methods' best placement found in training.",
+        "methods' best placement found in training; `construct`: the best of the `sampled` "
+        "pipeline's 17 episodes of the construct agent trained on that graph alone.",
     )
     for row in cost:
         rnn = next(
@@ -195,7 +210,8 @@ def _write(recorder, quality, cost, wall, evaluations, memory, curves) -> None:
         "`first_ms`, `improved` and the counts use penalised makespans (makespan + the search "
         "baselines' memory penalty). The learning-curve plots draw the makespan without the "
         "penalty of each curve's best placement so far (hollow markers: it does not fit "
-        "memory), the single device as a dotted line and every other baseline as a dashed one.",
+        "memory), the single device as a dotted line and every other baseline and the "
+        "construct agent (no learning curve: not in this table) as a dashed one.",
     )
     recorder.table(
         "fits_memory",
@@ -205,7 +221,15 @@ def _write(recorder, quality, cost, wall, evaluations, memory, curves) -> None:
         "is what the simulator computes regardless.",
     )
     recorder.wall_times(wall)
-    recorder.table("evaluations", "Simulator evaluations per method", evaluations, EVALUATIONS)
+    recorder.table(
+        "evaluations",
+        "Simulator evaluations per method",
+        evaluations,
+        note=f"{EVALUATIONS} Construct: its training's exact simulations (the 5 teacher "
+        "heuristics' own and one scoring each, every self-imitation episode, each greedy "
+        "evaluation) and the 17 episodes placing; its imitation updates and its episodes' "
+        "list-schedule observations simulate nothing. Its wall time is training and placing.",
+    )
     for spec, n_devices in sorted({(s, d) for s, d, _ in curves}):
         recorder.figure(
             f"curve_{spec.replace(':', '_')}_d{n_devices}",
@@ -231,17 +255,24 @@ def _curves_of(curves, spec: str, n_devices: int) -> dict[str, tuple[np.ndarray,
 
 def _levels_of(quality, memory, spec: str, n_devices: int) -> tuple[tuple, dict]:
     """The single device's (makespan µs, fits) and {method: (makespan µs, fits)} of the other
-    baselines on one (graph, devices), from the makespan (ms) and fits-memory rows."""
+    baselines and the construct agent on one (graph, devices), from the makespan (ms) and
+    fits-memory rows."""
     cell = (spec, n_devices)
     row = next(r for r in quality if (r["graph"], r["devices"]) == cell)
     fit = next(r for r in memory if (r["graph"], r["devices"]) == cell)
-    levels = {m: (row[m] * MS, fit[m]) for m in BASELINES}
+    levels = {m: (row[m] * MS, fit[m]) for m in (*BASELINES, CONSTRUCT)}
     return levels.pop("single"), levels
 
 
 def _header_config(settings: Settings) -> dict:
-    config = make_config("tiny", list(settings.placeto), n_devices=settings.devices[0])
-    return {**dataclasses.asdict(settings), "placeto_config": to_dict(config)}
+    devices = settings.devices[0]
+    config = make_config("tiny", list(settings.placeto), n_devices=devices)
+    construct = construct_config(settings.construct, devices, settings.cluster, settings.seed)
+    return {
+        **dataclasses.asdict(settings),
+        "placeto_config": to_dict(config),
+        "construct_config": to_dict(construct),
+    }
 
 
 NOTES = """
@@ -250,5 +281,8 @@ graphs list`); every method places that grouped graph. Placeto coarsens it furth
 `run.group_target` groups, as the paper grouped ops, and its placements are expanded and
 simulated exactly on the 500-node graph. A Placeto evaluation is one simulation of the coarsened
 graph after one decision; an RNN or hierarchical-planner evaluation is one simulation of the
-whole 500-node graph.
+whole 500-node graph. The construct agent (`agent=construct`, docs/agent.md) places each op of
+the 500-node graph once: trained on that graph alone (imitation of its best fast heuristic, then
+self-imitation: `construct`), then placed by the `sampled` pipeline (greedy + 16 episodes
+sampled at T = 0.6, the best by exact simulation).
 """
