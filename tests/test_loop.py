@@ -11,9 +11,15 @@ import numpy as np
 import pytest
 
 from placeto_jax import Cluster, Graph, simulate
-from placeto_jax.config import make_config
+from placeto_jax.config import apply, make_config
 from placeto_jax.env import prepare
-from placeto_jax.rl.checkpoint import Checkpointer, Provenance, config_digest, load_run
+from placeto_jax.rl.checkpoint import (
+    Checkpointer,
+    Provenance,
+    config_digest,
+    load_run,
+    write_run,
+)
 from placeto_jax.rl.loop import chunks, read_metrics, train_and_evaluate
 
 GRAPH = Graph.from_edges([100.0] * 6, [1e5] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
@@ -65,6 +71,19 @@ def test_a_different_config_in_the_same_directory_is_refused(finished, tmp_path)
     config = make_config(None, [*SETTINGS, "train.episodes=8"], n_devices=2)
     with pytest.raises(ValueError, match="another config"):
         train_and_evaluate(config, [prepare("g", GRAPH)], tmp_path, progress=False)
+
+
+def test_a_run_from_before_a_field_existed_resumes_with_the_fields_default(finished, tmp_path):
+    workdir, _ = finished
+    doc = json.loads((workdir / "run.json").read_text())
+    config, _ = load_run(workdir)
+    del doc["config"]["agent"], doc["config"]["train"]["imitation"]  # an earlier version's
+    (tmp_path / "run.json").write_text(json.dumps(doc))
+    write_run(tmp_path, config, doc["graphs"], doc["graph_digests"])  # the defaults: accepted
+    episodes = config.train.episodes
+    changed = apply(config, {"train.episodes": episodes + 1})  # still refused: another run
+    with pytest.raises(ValueError, match=rf"train\.episodes: {episodes} there, {episodes + 1}"):
+        write_run(tmp_path, changed, doc["graphs"], doc["graph_digests"])
 
 
 def test_a_corrupt_run_file_or_checkpoint_is_a_clear_error(finished, tmp_path):

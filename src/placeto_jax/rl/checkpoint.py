@@ -82,7 +82,7 @@ def _check_same_run(workdir: str | os.PathLike, doc: dict) -> None:
             f"{workdir} holds a run on other graphs ({', '.join(old['graphs'])}); resume it "
             "with the same --graphs or use a new --workdir"
         )
-    differs = _differences(old["config"], _jsonable(doc["config"]))
+    differs = _differences(_with_defaults(old["config"]), _jsonable(doc["config"]))
     if differs:
         raise ValueError(
             f"{workdir} holds a run with another config ({'; '.join(differs[:3])}); resume it "
@@ -97,6 +97,15 @@ def _check_same_run(workdir: str | os.PathLike, doc: dict) -> None:
                 f"graph {name!r} has changed since the run in {workdir} started (its content "
                 "digest differs); train on it in a new --workdir"
             )
+
+
+def _with_defaults(stored: dict) -> dict:
+    """A stored config document with the fields it predates at their defaults (a run by an
+    earlier version, whose behaviour those defaults keep); as stored when it does not read."""
+    try:
+        return _jsonable(to_dict(from_dict(stored)))
+    except (TypeError, ValueError):
+        return stored
 
 
 def _differences(before: Any, now: Any, prefix: str = "") -> list[str]:
