@@ -424,8 +424,31 @@ def test_an_unreachable_coordinator_times_out_with_its_address(tmp_path):
 
 
 # ---------------------------------------------------------------------- 6. Ctrl-C
+ANSWERING = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def _answering_ctrl_c(*argv: str) -> list[str]:
+    """`argv` run with SIGINT at its default, as from a terminal: a suite started in the
+    background (`make test &`) passes SIGINT on ignored, and Python then never answers it."""
+    return [sys.executable, "-c", ANSWERING, *argv]
+
+
+@pytest.fixture
+def ctrl_c_answered():
+    """Python's own SIGINT handler during the test, as in a foreground run."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.slow
-def test_ctrl_c_saves_a_checkpoint_and_the_resume_ends_where_a_whole_run_ends(trained, tmp_path):
+def test_ctrl_c_saves_a_checkpoint_and_the_resume_ends_where_a_whole_run_ends(
+    trained, tmp_path, ctrl_c_answered
+):
     config = make_config(None, TINY[4::2], n_devices=2)  # the --set values of TINY
     graphs = [prepare("example:diamond", pj.resolve_graph("example:diamond"))]
 
@@ -454,7 +477,8 @@ def _interrupted_train(tmp_path, signals: int) -> tuple[int, str]:
         "--workdir", str(workdir), "--devices", "2", "--no-progress",
         "--set", "train.iterations=100000", "--set", "run.eval_every=1",
     ]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(_answering_ctrl_c(*argv), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.time() + 120
     while not (workdir / "metrics.jsonl").exists() or not read_metrics(workdir):
         assert time.time() < deadline and proc.poll() is None
@@ -487,7 +511,8 @@ def test_ctrl_c_while_starting_up_exits_130_with_one_line():
     # Sent as jaxlib loads: a KeyboardInterrupt there crashed the process (SIGSEGV), printed a
     # traceback, or was swallowed by JAX's garbage collection callback (exit 0).
     proc = subprocess.Popen(
-        [CLI, "simulate", "zoo:resnet50", "--devices", "2", "--placer", "round-robin"],
+        _answering_ctrl_c(CLI, "simulate", "zoo:resnet50", "--devices", "2", "--placer",
+                          "round-robin"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.time() + 60
@@ -511,7 +536,7 @@ def _gc_callback(phase, info):
 
 
 @pytest.mark.parametrize("where", ["gc callback", "finaliser", "weakref callback"])
-def test_a_ctrl_c_that_python_swallows_is_sent_again(where):
+def test_a_ctrl_c_that_python_swallows_is_sent_again(where, ctrl_c_answered):
     with pytest.raises(KeyboardInterrupt), _swallowed_ctrl_c_sent_again():
         if where == "gc callback":
             gc.callbacks.append(_gc_callback)
