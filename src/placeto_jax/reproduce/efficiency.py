@@ -1,18 +1,24 @@
 """Sample efficiency (issue 20 item 4, the paper's "up to 6.1x fewer training steps"): the RNN
 placer and Placeto (the paper's configuration) trained on the same graph, cluster and budget of
 simulator evaluations; on the graphs where the RNN placer learns (its final value more than 5%
-below its first), the evaluations each needs to reach the better of the two final values.
+below its first), the evaluations each needs to reach the better of the two final values. The
+construct agent (`rl/construct_loop.py`, issue 45 item 7) trains on the same graph within the
+same budget, and is counted against the same target.
 
-Both methods are charged every simulator call they make: the RNN placer one per sampled
+Every method is charged every simulator call it makes: the RNN placer one per sampled
 placement; Placeto one per step of each training episode (its per-step reward) plus, for each
 greedy evaluation that gives its curve a point, that episode's steps and as many exact
-simulations again (an upper bound on the distinct placements it ranks on the op graph).
+simulations again (an upper bound on the distinct placements it ranks on the op graph); the
+construct agent its teachers' simulations (`generalization.construct_teachers`), one per
+sampled episode of each self-imitation update and one per greedy evaluation
+(`generalization.training_simulations`); its imitation updates simulate nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import jax
@@ -26,15 +32,25 @@ from placeto_jax.graphs.benchmark import load_benchmark
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import PlacerResult, run_method
+from placeto_jax.placers.base import best_so_far
 from placeto_jax.plotting import draw_learning_curves
 from placeto_jax.reproduce import learned
+from placeto_jax.reproduce.generalization import (
+    construct_config,
+    construct_teachers,
+    training_simulations,
+)
 from placeto_jax.reproduce.output import Recorder, write_text
 from placeto_jax.reproduce.placeto import PlacetoBench
+from placeto_jax.rl import construct_loop
+from placeto_jax.sim.api import simulate
+from placeto_jax.sim.ranking import fits_memory, penalised_makespan
 
 MS = 1e3  # µs
 TOLERANCE = 0.05  # "within 5%" of the target
 DATA = "data:"  # a graph spec prefix: a benchmark file under --data
-METHODS = ("rnn", "placeto (paper)")
+METHODS = ("rnn", "placeto (paper)")  # the paper's pair: its target and its ratio
+CONSTRUCT = "construct"  # the construct agent, trained on the graph alone
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +60,10 @@ class Settings:
     graphs: tuple[str, ...]  # graph specs; `data:PATH` is a benchmark file under --data
     budget: int  # simulator evaluations of each method on each graph
     placeto: tuple[str, ...]  # overrides of the tiny preset (iterations follow from the budget)
+    # overrides of the construct preset (iterations follow from the budget); its curve has a
+    # point at every `run.eval_every` updates, so one that divides `train.imitation` gives a
+    # point where imitation ends
+    construct: tuple[str, ...] = ("train.imitation=100", "run.eval_every=10")
     devices: int = 4
     cluster: str = "placeto-k80"
     min_gain: float = 0.05  # a graph qualifies when the RNN placer's final value is this far
@@ -82,6 +102,7 @@ PRESETS = {
         ),
         budget=65536,
         placeto=("train.episodes=32", "run.group_target=64", "run.eval_every=2"),
+        construct=("train.imitation=300", "train.episodes=32", "run.eval_every=20"),
     ),
 }
 
@@ -125,6 +146,23 @@ def placeto_iterations(budget: int, config: Config, groups: int) -> int:
     return updates
 
 
+def construct_iterations(budget: int, config: Config) -> int:
+    """The most self-imitation updates of a construct run of `config` on one graph whose
+    simulations (`training_simulations`) fit in `budget`."""
+
+    def cost(updates: int) -> int:
+        return training_simulations(apply(config, {"train.iterations": updates}), 1)
+
+    if cost(0) > budget:
+        raise ValueError(f"a budget of {budget} evaluations is less than the construct agent's "
+                         f"greedy evaluations during imitation ({cost(0)})")  # fmt: skip
+    low, high = 0, budget  # each update simulates at least one episode
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if cost(middle) <= budget else (low, middle - 1)
+    return low
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
     """One method's learning curve on one graph, in both units."""
@@ -145,7 +183,7 @@ def run_efficiency(
     data: str | None = None,
     settings: Settings | None = None,
 ) -> Path:
-    """Both methods on every graph of the preset; write results/efficiency/."""
+    """Every method on every graph of the preset; write results/efficiency/."""
     settings = settings or PRESETS[preset]
     graphs, skipped = load_graphs(settings.graphs, data)  # every graph read before any work
     cluster = Cluster.preset(settings.cluster, settings.devices)
@@ -162,6 +200,7 @@ def run_efficiency(
         single[spec] = run_method("single", graph, cluster, key)
         runs[spec] = {"rnn": _rnn(graph, cluster, key, settings.budget)}
         runs[spec][METHODS[1]] = _placeto(bench, i, key, settings.budget)
+        runs[spec][CONSTRUCT], _ = construct_run(spec, graph, cluster, settings)
     candidates = [_candidate(s, graphs[s], bench, runs[s], settings) for s in graphs]
     candidates += [{"graph": s, "qualified": False, "why": why} for s, why in skipped.items()]
     qualified = [c["graph"] for c in candidates if c["qualified"]]
@@ -170,7 +209,12 @@ def run_efficiency(
         for u in ("evaluations", "placements")
     }
     _write(recorder, candidates, rows, runs, single, settings)
-    header = {"data": data, **dataclasses.asdict(settings), "placeto_config": to_dict(config)}
+    header = {
+        "data": data,
+        **dataclasses.asdict(settings),
+        "placeto_config": to_dict(config),
+        "construct_config": to_dict(_construct_config(settings)),
+    }
     return recorder.finish(header, [settings.seed], NOTES)
 
 
@@ -232,6 +276,57 @@ def _placeto(bench: PlacetoBench, i: int, key: jax.Array, budget: int) -> Run:
     )
 
 
+def _construct_config(settings: Settings) -> Config:
+    """The construct preset with `settings.construct` (iterations: 0, set per graph)."""
+    return construct_config(settings.construct, settings.devices, settings.cluster, settings.seed)
+
+
+def construct_run(
+    spec: str, graph: Graph, cluster: Cluster, settings: Settings
+) -> tuple[Run, np.ndarray]:
+    """The construct agent trained on `graph` alone: imitation of its best teacher, then as many
+    self-imitation updates as the budget left after the teachers allows. Its curve has a point
+    after the teachers (their placement) and at each greedy evaluation (`train_in`'s cadence:
+    the greedy episode and the best sampled episode so far), charged as the module docstring
+    says; and the final best placement [N]."""
+    began = time.perf_counter()
+    named = [(spec, graph)]
+    taught, spent = construct_teachers(named, cluster, settings.seed)
+    config = _construct_config(settings)
+    config = apply(config, {"train.iterations": construct_iterations(settings.budget - spent,
+                                                                     config)})  # fmt: skip
+    run = construct_loop.Run.make(config, named, cluster, taught)
+    state = construct_loop.initial_state(config, run.bank, np.asarray(run.teacher), run.reference)
+    imitation, total = config.train.imitation, config.train.imitation + config.train.iterations
+    offered, evaluations = [[taught[0].placement]], [spent]  # placements per point
+    for update in range(1, total + 1):
+        state, _ = run.update(state)
+        spent += config.train.episodes if update > imitation else 0
+        if update % config.run.eval_every == 0 or update == total:
+            greedy = construct_loop.candidates(config, state.params, run.bank, 0,
+                                               jax.random.key(settings.seed))[0]  # fmt: skip
+            elite = run.bank.built[0].placement(np.asarray(state.elite[0]))
+            offered.append([greedy, elite])  # the elite was simulated when it was sampled
+            spent += 1
+            evaluations.append(spent)
+    return _curve(graph, cluster, offered, evaluations, time.perf_counter() - began)
+
+
+def _curve(
+    graph: Graph, cluster: Cluster, offered: list, evaluations: list[int], wall_s: float
+) -> tuple[Run, np.ndarray]:
+    """The best-so-far curve of the placements `offered` at each point (each already simulated
+    and charged: simulated again here for its score), and the final best placement."""
+    flat = np.stack([p for point in offered for p in point])
+    sim = simulate(graph, cluster, flat)
+    penalised = penalised_makespan(sim.makespan, sim.peak_memory, cluster)
+    best, raw, fits = best_so_far(penalised, sim.makespan, fits_memory(sim.peak_memory, cluster))
+    ends = np.cumsum([len(point) for point in offered]) - 1
+    counted = np.asarray(evaluations)
+    run = Run(counted, counted, best[ends], raw[ends], fits[ends], wall_s)
+    return run, flat[int(np.argmin(penalised))]
+
+
 def _candidate(spec: str, graph: Graph, bench: PlacetoBench, runs: dict, s: Settings) -> dict:
     """A graph's screening row: does the RNN placer learn on it?"""
     rnn = runs["rnn"].makespan
@@ -247,20 +342,26 @@ def _candidate(spec: str, graph: Graph, bench: PlacetoBench, runs: dict, s: Sett
         "rnn gain": float(gain),
         "placeto first ms": runs[METHODS[1]].makespan[0] / MS,
         "placeto final ms": runs[METHODS[1]].makespan[-1] / MS,
+        "construct first ms": runs[CONSTRUCT].makespan[0] / MS,
+        "construct final ms": runs[CONSTRUCT].makespan[-1] / MS,
         "rnn wall s": runs["rnn"].wall_s,
         "placeto wall s": runs[METHODS[1]].wall_s,
+        "construct wall s": runs[CONSTRUCT].wall_s,
         "qualified": qualified,
         "why": why,
     }
 
 
 def reach_row(spec: str, runs: dict[str, Run], single: float, unit: str) -> dict:
-    """Target (the better final value; `single`: the single-device makespan), each method's
-    `unit` count to within 5% of it and to it, and the RNN / Placeto ratios (a bound where one
-    method never got there)."""
-    target = min(float(r.makespan[-1]) for r in runs.values())
+    """Target (the better final value of the paper's pair `METHODS`; `single`: the
+    single-device makespan), each method's `unit` count to within 5% of it and to it, the
+    RNN / Placeto ratios (a bound where one method never got there), and where the construct
+    agent ran, the RNN / construct and Placeto / construct ratios."""
+    target = min(float(runs[m].makespan[-1]) for m in METHODS)
     row = {"graph": spec, "target ms": target / MS, "target / single": target / single}
-    row["target from"] = next(m for m, r in runs.items() if r.makespan[-1] == target)
+    row["target from"] = next(m for m in METHODS if runs[m].makespan[-1] == target)
+    if CONSTRUCT in runs:
+        row["construct final / target"] = float(runs[CONSTRUCT].makespan[-1]) / target
     for goal, factor in (("5%", 1 + TOLERANCE), ("target", 1.0)):
         counts = {}
         for m, r in runs.items():
@@ -268,19 +369,26 @@ def reach_row(spec: str, runs: dict[str, Run], single: float, unit: str) -> dict
             row[f"{m} to {goal}"] = counts[m]
         totals = {m: int(getattr(r, unit)[-1]) for m, r in runs.items()}
         row[f"ratio to {goal}"], row[f"bound to {goal}"] = ratio(counts, totals)
+        for m in METHODS if CONSTRUCT in runs else ():
+            pair = f"{m} / {CONSTRUCT}"
+            row[f"{pair} to {goal}"], row[f"{pair} bound to {goal}"] = ratio(
+                counts, totals, (m, CONSTRUCT)
+            )
     return row
 
 
-def ratio(counts: dict[str, int | None], totals: dict[str, int]) -> tuple[float | None, str]:
-    """(RNN / Placeto count, "=") where both reached; a bound from the total of the one that did
-    not (">" or "<"); (None, "neither") where neither did."""
-    rnn, placeto = (counts[m] for m in METHODS)
-    if rnn is not None and placeto is not None:
-        return rnn / max(placeto, 1), "="
-    if placeto is not None:
-        return totals[METHODS[0]] / max(placeto, 1), ">"
-    if rnn is not None:
-        return rnn / totals[METHODS[1]], "<"
+def ratio(
+    counts: dict[str, int | None], totals: dict[str, int], pair: tuple[str, str] = METHODS
+) -> tuple[float | None, str]:
+    """(first / second count of `pair`: RNN / Placeto, "=") where both reached; a bound from
+    the total of the one that did not (">" or "<"); (None, "neither") where neither did."""
+    first, second = (counts[m] for m in pair)
+    if first is not None and second is not None:
+        return first / max(second, 1), "="
+    if second is not None:
+        return totals[pair[0]] / max(second, 1), ">"
+    if first is not None:
+        return first / totals[pair[1]], "<"
     return None, "neither"
 
 
@@ -291,22 +399,28 @@ def _write(recorder, candidates, rows, runs, single, settings: Settings) -> None
         candidates,
         note=f"{settings.budget} simulator evaluations per method, {settings.devices} "
         f"{settings.cluster} devices. `rnn first`: its first batch's best placement; `placeto "
-        "first`: the greedy placement of its initial policy. Penalised makespans.",
+        "first`: the greedy placement of its initial policy; `construct first`: its teacher "
+        "(the best fast heuristic). Penalised makespans.",
     )
     recorder.table(
         "efficiency",
-        "Simulator evaluations to reach the target (the better final value) and within 5% of it",
+        "Simulator evaluations to reach the target (the better final value of the RNN placer "
+        "and Placeto) and within 5% of it",
         rows["evaluations"],
         note="Empty: never reached within the budget. `ratio`: RNN placer / Placeto (the "
         "paper's up to 6.1x); `bound` `>`: the RNN placer never got there, so the ratio is "
-        "above its whole budget over Placeto's count; `<`: Placeto never got there.",
+        "above its whole budget over Placeto's count; `<`: Placeto never got there. `rnn / "
+        "construct` and `placeto (paper) / construct`: the same against the construct agent, "
+        "whose count starts at its teachers' simulations.",
     )
     recorder.table(
         "efficiency_placements",
         "The same in complete placements (Placeto: episodes, not steps)",
         rows["placements"],
         note="A Placeto episode evaluates one intermediate placement per step; counted here "
-        "as one complete placement, as the RNN placer's sampled placements are.",
+        "as one complete placement, as the RNN placer's sampled placements are. Every "
+        "simulation charged to the construct agent is of a complete placement: its two counts "
+        "are equal.",
     )
     curves = {s: {m: jax.tree.map(_listed, dataclasses.asdict(r)) for m, r in v.items()}
               for s, v in runs.items()}  # fmt: skip
@@ -326,7 +440,7 @@ def _listed(x) -> list | float:
 
 
 def draw(figure, spec: str, runs: dict[str, Run], target_from: str, single: PlacerResult) -> None:
-    """Both learning curves, the single-device makespan, and the target (the final best placement
+    """Every learning curve, the single-device makespan, and the target (the final best placement
     of method `target_from`) and target x 1.05, all without the memory penalty."""
     target = runs[target_from]
     makespan, fits = float(target.raw[-1]), bool(target.fits[-1])
@@ -340,12 +454,19 @@ def draw(figure, spec: str, runs: dict[str, Run], target_from: str, single: Plac
 
 
 NOTES = """
-Sample efficiency (docs/agent.md, "Sample efficiency"). Both methods train on the same graph
+Sample efficiency (docs/agent.md, "Sample efficiency"). Every method trains on the same graph
 (Placeto coarsened to `run.group_target` groups and scored exactly on the graph itself), cluster
 and budget of simulator evaluations. The RNN placer is charged one evaluation per sampled
 placement of the whole graph; Placeto one per step of each training episode (its per-step
 reward simulates the coarsened graph), plus 2 x (steps of an episode) for each greedy
-evaluation that gives its curve a point. `efficiency_placements` counts complete placements
-instead. A graph qualifies when the RNN placer's final value is more than 5% below its first;
-the target is the smaller of the two final best makespans.
+evaluation that gives its curve a point. The construct agent (`construct`: imitation of the
+best of 5 fast heuristics on the op graph, then self-imitation, `construct` overrides, as many
+self-imitation updates as the budget allows) is charged the heuristics' own simulations and
+one scoring each (its curve's first point, at the best heuristic's placement), one per sampled
+episode of each self-imitation update and one per greedy evaluation (every `run.eval_every`
+updates, imitation included: a point of its curve, the best of the greedy episode and the best
+episode sampled so far); its imitation updates simulate nothing. `efficiency_placements` counts
+complete placements instead. A graph qualifies when the RNN placer's final value is more than
+5% below its first; the target is the smaller of the RNN placer's and Placeto's final best
+makespans (the paper's comparison), which the construct agent is counted against too.
 """
