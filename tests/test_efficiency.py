@@ -138,7 +138,8 @@ def test_efficiency_end_to_end_on_a_tiny_graph(tmp_path):
     finals = {m: c["makespan"][-1] / 1e3 for m, c in curves.items()}
     for unit, table in (("evaluations", "efficiency"), ("placements", "efficiency_placements")):
         (row,) = json.loads((out / f"{table}.json").read_text())
-        assert row["target ms"] == pytest.approx(min(finals.values()))
+        # the target is the paper's pair's better final; the construct agent is measured on it
+        assert row["target ms"] == pytest.approx(min(finals[m] for m in efficiency.METHODS))
         assert curves[row["target from"]]["makespan"][-1] / 1e3 == pytest.approx(row["target ms"])
         for m, c in curves.items():
             assert c["evaluations"][-1] <= settings.budget
