@@ -46,6 +46,36 @@ def test_commit_is_head_of_this_checkout():
     assert isinstance(doc["dirty"], bool)
 
 
+def test_the_process_start_is_about_now():
+    started = prov.process_start()
+    if started is None:
+        pytest.skip("no /proc: the start time is unknown here")
+    assert started <= datetime.datetime.now().timestamp() + 1  # this process started earlier
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_run_that_outlives_a_commit_records_the_commit_it_started_at(monkeypatch):
+    def log(*argv: str) -> str:
+        out = subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip("not run from a git checkout with two commits")
+        return out.stdout.strip()
+
+    head, parent = log("rev-parse", "HEAD"), log("rev-parse", "HEAD~1")
+    head_time, parent_time = (
+        int(log("log", "-1", "--format=%ct", "HEAD")),
+        int(log("log", "-1", "--format=%ct", "HEAD~1")),
+    )
+    if parent_time >= head_time:
+        pytest.skip("HEAD and its parent were committed in the same second")
+    monkeypatch.setattr(prov, "process_start", lambda: head_time - 0.5)  # before HEAD landed
+    doc = prov.provenance(ARGV)
+    assert (doc["commit"], doc["commit_at_write"]) == (parent, head)
+    monkeypatch.setattr(prov, "process_start", lambda: head_time + 1.0)  # after it
+    doc = prov.provenance(ARGV)
+    assert doc["commit"] == head and "commit_at_write" not in doc
+
+
 def test_command_round_trips_through_shlex():
     assert shlex.split(prov.provenance(ARGV)["command"]) == ARGV
     # the default: the interpreter's name, then this process's argv

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import os
 import platform
 import shlex
 import subprocess
@@ -49,6 +50,27 @@ def commit_and_dirty() -> tuple[str | None, bool | None]:
     return sha, None if status is None else bool(status)
 
 
+def process_start() -> float | None:
+    """Epoch seconds at which this process started (Linux /proc), or None elsewhere."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def commit_at_start() -> str | None:
+    """The newest commit of HEAD's history made before this process started: the code a long
+    run measured when commits landed while it ran; None when unknown."""
+    root, started = repository(), process_start()
+    if root is None or started is None:
+        return None
+    return git("rev-list", "-1", f"--before=@{int(started)}", "HEAD", cwd=root) or None
+
+
 def versions(libraries: Sequence[str] = LIBRARIES) -> dict[str, str | None]:
     """Python's version and each library's installed version (None: not installed)."""
     found: dict[str, str | None] = {"python": platform.python_version()}
@@ -69,11 +91,15 @@ def command(argv: Sequence[str] | None = None) -> str:
 
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """{"commit", "dirty", "command", "versions", "utc"} of a result written now by the command
-    `argv` (default: this process's)."""
+    `argv` (default: this process's). "commit" is HEAD when the process started; where HEAD
+    moved since, "commit_at_write" names it too ("dirty" is the tree at write time)."""
     sha, dirty = commit_and_dirty()
+    started = commit_at_start() or sha
+    moved = {"commit_at_write": sha} if started != sha else {}
     utc = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {
-        "commit": sha,
+        **moved,
+        "commit": started,
         "dirty": dirty,
         "command": command(argv),
         "versions": versions(),
