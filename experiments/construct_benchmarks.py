@@ -22,7 +22,7 @@ from pathlib import Path
 import jax
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import make_config, make_pipeline, to_dict
+from placeto_jax.config import PIPELINES, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph
 from placeto_jax.files import write_result
 from placeto_jax.graphs.families import SPLITS
@@ -31,10 +31,10 @@ from placeto_jax.pipeline import Policy, pipeline_json, place_many, untrained
 from placeto_jax.placers import fast_heuristics, fastest_fitting
 from placeto_jax.report import format_table
 from placeto_jax.reproduce.benchmarks import benchmark_cases
+from placeto_jax.reproduce.construct import train_construct
 from placeto_jax.rl import construct_loop as cl
 from placeto_jax.rl.evaluate import rank_visited
 from placeto_jax.sim.ranking import penalised_makespan
-from placeto_jax.stages.teachers import teachers
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ("policy", "per_graph", "untrained", "uniform")
@@ -53,19 +53,16 @@ def family_policy(args) -> Policy:
         for i in list(SPLITS["train"])[: args.train]
     ]
     workdir = args.workdir or tempfile.mkdtemp(prefix="construct-families-")
-    taught = teachers(named, cluster, config.seed)
-    return Policy(config, cl.train_in(config, named, cluster, workdir, taught).params)
+    return train_construct(config, named, cluster, workdir, progress=True)[0]
 
 
 def per_graph_policy(args, name: str, graph, cluster: Cluster) -> tuple[Policy, float]:
     """A policy trained on `graph` alone, and its training seconds."""
     began = time.perf_counter()
     config = make_config("construct", args.per_graph_set, n_devices=cluster.n_devices)
-    named = [(name, graph)]
-    workdir = tempfile.mkdtemp(prefix="construct-graph-")
-    state = cl.train_in(config, named, cluster, workdir, teachers(named, cluster, config.seed),
-                        progress=False)  # fmt: skip
-    return Policy(config, state.params), time.perf_counter() - began
+    with tempfile.TemporaryDirectory(prefix="construct-graph-") as workdir:
+        policy, _ = train_construct(config, [(name, graph)], cluster, workdir)
+    return policy, time.perf_counter() - began
 
 
 def uniform(policy: Policy, name: str, graph, cluster: Cluster, pipeline, key):
@@ -98,10 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-graph-set", action="append", default=[], metavar="KEY=VALUE",
                         help="config of the per-graph runs")  # fmt: skip
     parser.add_argument("--match", default=None, help="only files whose path contains this")
-    parser.add_argument("--pipeline-set", action="append", default=[], metavar="FIELD=VALUE")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    pipeline = make_pipeline("sampled", [f"pipeline.{s}" for s in args.pipeline_set])
+    pipeline = PIPELINES["sampled"]
     cases = [c for c in benchmark_cases(args.data, kinds=("OperatorGraphs",))
              if args.match is None or args.match in c.file]  # fmt: skip
     began = time.perf_counter()

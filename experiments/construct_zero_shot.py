@@ -28,8 +28,9 @@ from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.pipeline import Policy
 from placeto_jax.placers import best_heuristic, run_method
 from placeto_jax.report import format_table
+from placeto_jax.reproduce.construct import train_construct
 from placeto_jax.rl import construct_loop as cl
-from placeto_jax.stages.teachers import best_teacher, teachers
+from placeto_jax.stages.teachers import best_teacher
 
 CACHE = os.environ.get("HEURISTIC_CACHE", "/tmp/best_heuristic_cache.json")
 
@@ -111,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         config, params = policy.config, policy.params
     else:
         workdir = args.workdir or tempfile.mkdtemp(prefix="construct-")
-        taught = teachers(named, cluster, config.seed)
-        params = cl.train_in(config, named, cluster, workdir, taught).params
+        params = train_construct(config, named, cluster, workdir, progress=True)[0].params
     train_s = time.perf_counter() - began
     untrained = cl.untrained_params(config)
     test_names = [

@@ -17,7 +17,7 @@ from placeto_jax.config import PIPELINES
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.pipeline import place_many, untrained
 from placeto_jax.placers import run_method
-from placeto_jax.reproduce import generalization, table1
+from placeto_jax.reproduce import construct, generalization, table1
 from placeto_jax.rl import construct_loop
 from placeto_jax.sim.api import simulate
 from placeto_jax.stages.teachers import best_teacher, teachers
@@ -35,7 +35,7 @@ def _recording(monkeypatch) -> tuple[list, list]:
     """([(policy, name, graph, Placed)] of every construct placement the experiments make,
     [rows each exact scoring of construct training simulated])."""
     placed, simulated = [], []
-    place, scores = generalization.place_many, construct_loop.scores
+    place, scores = construct.place_many, construct_loop.scores
 
     def recorded_place(named, cluster, pipeline, policy, key, **how):
         out = place(named, cluster, pipeline, policy, key, **how)
@@ -46,7 +46,7 @@ def _recording(monkeypatch) -> tuple[list, list]:
         simulated.append(int(np.prod(np.asarray(devices).shape[:2])))
         return scores(bank, cluster, ids, devices)
 
-    monkeypatch.setattr(generalization, "place_many", recorded_place)
+    monkeypatch.setattr(construct, "place_many", recorded_place)
     monkeypatch.setattr(construct_loop, "scores", recorded_scores)
     return placed, simulated
 
@@ -60,13 +60,15 @@ def _exact_ms(graph, cluster: Cluster, placed) -> float:
     return float(simulate(graph, cluster, placed.result.placement).makespan) / MS
 
 
-def test_construct_teachers_are_the_stages_teachers():
+def test_teachers_carry_the_simulations_that_chose_them():
     cluster = Cluster.preset("placeto-k80", 2)
     named = [("a", resolve_graph("layered:12")), ("b", resolve_graph("layered:12:1"))]
-    taught, spent = generalization.construct_teachers(named, cluster, 0)
-    for mine, theirs in zip(taught, teachers(named, cluster, 0), strict=True):
+    taught = teachers(named, cluster, 0)
+    for mine, (_, graph) in zip(taught, named, strict=True):
+        theirs = best_teacher(graph, cluster, jax.random.key(0))[0]
         np.testing.assert_array_equal(mine.placement, theirs.placement)
         assert mine.makespan == theirs.makespan
+    spent = sum(t.evaluations for t in taught)
     assert spent == sum(_teacher_simulations(g, cluster) for _, g in named)
 
 

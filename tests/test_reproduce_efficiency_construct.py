@@ -10,10 +10,11 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.config import apply, make_config
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.reproduce import efficiency
+from placeto_jax.reproduce.construct import training_simulations
 from placeto_jax.reproduce.efficiency import CONSTRUCT, METHODS, Run, Settings
-from placeto_jax.reproduce.generalization import construct_teachers, training_simulations
 from placeto_jax.sim.api import simulate
 from placeto_jax.sim.ranking import penalised_makespan
+from placeto_jax.stages.teachers import teachers as teachers_of
 
 TINY = ("train.imitation=4", "run.eval_every=2", "train.episodes=4", "policy.rounds=1")
 
@@ -34,7 +35,8 @@ def test_the_construct_curve_is_charged_and_capped_by_the_budget():
     graph, cluster = resolve_graph("layered:12"), Cluster.preset("placeto-k80", 2)
     settings = Settings(graphs=(), budget=64, placeto=(), construct=TINY, devices=2)
     run, placement = efficiency.construct_run("layered:12", graph, cluster, settings)
-    _, teachers = construct_teachers([("layered:12", graph)], cluster, settings.seed)
+    taught = teachers_of([("layered:12", graph)], cluster, settings.seed)
+    teachers = sum(t.evaluations for t in taught)
     config = make_config("construct", list(TINY))
     updates = efficiency.construct_iterations(settings.budget - teachers, config)
     assert updates > 0  # self-imitation ran

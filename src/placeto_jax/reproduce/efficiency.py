@@ -9,9 +9,9 @@ Every method is charged every simulator call it makes: the RNN placer one per sa
 placement; Placeto one per step of each training episode (its per-step reward) plus, for each
 greedy evaluation that gives its curve a point, that episode's steps and as many exact
 simulations again (an upper bound on the distinct placements it ranks on the op graph); the
-construct agent its teachers' simulations (`generalization.construct_teachers`), one per
+construct agent its teachers' simulations (`stages.teachers.teachers`), one per
 sampled episode of each self-imitation update and one per greedy evaluation
-(`generalization.training_simulations`); its imitation updates simulate nothing.
+(`reproduce.construct.training_simulations`); its imitation updates simulate nothing.
 """
 
 from __future__ import annotations
@@ -35,16 +35,13 @@ from placeto_jax.placers import PlacerResult, run_method
 from placeto_jax.placers.base import best_so_far
 from placeto_jax.plotting import draw_learning_curves
 from placeto_jax.reproduce import learned
-from placeto_jax.reproduce.generalization import (
-    construct_config,
-    construct_teachers,
-    training_simulations,
-)
+from placeto_jax.reproduce.construct import construct_config, training_simulations
 from placeto_jax.reproduce.output import Recorder, write_text
 from placeto_jax.reproduce.placeto import PlacetoBench
 from placeto_jax.rl import construct_loop
 from placeto_jax.sim.api import simulate
 from placeto_jax.sim.ranking import fits_memory, penalised_makespan
+from placeto_jax.stages.teachers import teachers
 
 MS = 1e3  # µs
 TOLERANCE = 0.05  # "within 5%" of the target
@@ -291,7 +288,8 @@ def construct_run(
     says; and the final best placement [N]."""
     began = time.perf_counter()
     named = [(spec, graph)]
-    taught, spent = construct_teachers(named, cluster, settings.seed)
+    taught = teachers(named, cluster, settings.seed)
+    spent = sum(t.evaluations for t in taught)
     config = _construct_config(settings)
     config = apply(config, {"train.iterations": construct_iterations(settings.budget - spent,
                                                                      config)})  # fmt: skip

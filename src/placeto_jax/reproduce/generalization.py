@@ -8,9 +8,6 @@ graph alone, both placed by the `sampled` pipeline.
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,19 +15,22 @@ import jax
 from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import PIPELINES, Config, make_config, to_dict
+from placeto_jax.config import Config, make_config, to_dict
 from placeto_jax.env.bank import prepare
 from placeto_jax.graphs import families
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import load
-from placeto_jax.pipeline import Placed, Policy, place_many
 from placeto_jax.placers import run_method
 from placeto_jax.plotting import draw_relative_cdf
+from placeto_jax.reproduce.construct import (
+    construct_config,
+    per_graph_construct,
+    place_construct,
+    train_construct,
+)
 from placeto_jax.reproduce.output import EVALUATIONS, SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import PlacetoBench, simulations
-from placeto_jax.rl.construct_loop import Teacher, train_in
 from placeto_jax.rl.loop import train_and_evaluate
-from placeto_jax.stages.teachers import best_teacher
 
 MS = 1e3  # µs
 PLACETO = ("zero-shot", "from-scratch", "fine-tuned")
@@ -114,12 +114,6 @@ def per_graph_config(settings: Settings) -> Config:
         train=dataclasses.replace(family.train, iterations=iterations),
         run=dataclasses.replace(family.run, eval_every=max(1, iterations // 2)),
     )
-
-
-def construct_config(overrides: Sequence[str], devices: int, cluster: str, seed: int) -> Config:
-    """The construct preset with `overrides`, on `devices` devices of cluster preset `cluster`."""
-    return make_config("construct", list(overrides), n_devices=devices, cluster_preset=cluster,
-                       seed=seed)  # fmt: skip
 
 
 def run_generalization(root: str | Path, preset: str = "quick", progress: bool = True) -> Path:
@@ -240,67 +234,6 @@ def _gantt(recorder, settings, graph_name, graph, cluster, found) -> None:
         found[winner].placement,
         winner,
     )
-
-
-def construct_teachers(
-    named: list[tuple[str, Graph]], cluster: Cluster, seed: int
-) -> tuple[list[Teacher], int]:
-    """Each op graph's teacher (`stages.teachers.teachers`) and the simulations choosing them
-    took (each fast heuristic's own and one scoring it)."""
-    taught, spent = [], 0
-    for _, graph in named:
-        results = best_teacher(graph, cluster, jax.random.key(seed))
-        taught.append(Teacher(results[0].placement, results[0].makespan))
-        spent += sum(r.evaluations + 1 for r in results)
-    return taught, spent
-
-
-def training_simulations(config: Config, n_graphs: int) -> int:
-    """Exact simulations a construct run of `config` on `n_graphs` graphs runs
-    (`construct_loop.train_in`): `train.episodes` per drawn graph in each self-imitation
-    update, and one greedy episode per graph at each evaluation (imitation simulates none)."""
-    train = config.train
-    total = train.imitation + train.iterations
-    drawn = min(train.graphs_per_update or n_graphs, n_graphs)
-    every = config.run.eval_every
-    evaluated = sum(1 for i in range(1, total + 1) if i % every == 0 or i == total)
-    return train.iterations * train.episodes * drawn + evaluated * n_graphs
-
-
-def train_construct(
-    config: Config,
-    named: list[tuple[str, Graph]],
-    cluster: Cluster,
-    workdir: str | os.PathLike,
-    progress: bool = False,
-) -> tuple[Policy, int]:
-    """A construct policy trained on the op graphs `named` in `workdir` (resumed if there), and
-    the simulations its run spends: teachers, self-imitation and greedy evaluations."""
-    taught, spent = construct_teachers(named, cluster, config.seed)
-    state = train_in(config, named, cluster, workdir, taught, progress)
-    return Policy(config, state.params), spent + training_simulations(config, len(named))
-
-
-def place_construct(
-    policy: Policy, name: str, graph: Graph, cluster: Cluster, key: jax.Array
-) -> Placed:
-    """`graph` placed by `policy` through the `sampled` pipeline (greedy + 16 samples)."""
-    (placed,) = place_many([(name, graph)], cluster, PIPELINES["sampled"], policy, key,
-                           compare=False)  # fmt: skip
-    return placed
-
-
-def per_graph_construct(
-    config: Config, name: str, graph: Graph, cluster: Cluster, key: jax.Array
-) -> tuple[Placed, int, float]:
-    """A construct policy of `config` trained on `graph` alone (in a temporary workdir, so
-    always from scratch) and placed by the `sampled` pipeline: (its placement, the simulations
-    of training and placing, their wall seconds)."""
-    began = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="construct-") as workdir:
-        policy, spent = train_construct(config, [(name, graph)], cluster, workdir)
-    placed = place_construct(policy, name, graph, cluster, key)
-    return placed, spent + placed.evaluations, time.perf_counter() - began
 
 
 def _split(family: str, split: str, k: int) -> list[tuple[str, Graph]]:

@@ -24,7 +24,7 @@ from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.placers import PlacerResult, run_method
 from placeto_jax.plotting import draw_learning_curves
 from placeto_jax.reproduce import learned
-from placeto_jax.reproduce.generalization import construct_config, per_graph_construct
+from placeto_jax.reproduce.construct import construct_config, per_graph_construct
 from placeto_jax.reproduce.output import EVALUATIONS, SEARCH_METHODS, Recorder, fastest
 from placeto_jax.reproduce.placeto import Curve, PlacetoBench
 from placeto_jax.rl.evaluate import Placement

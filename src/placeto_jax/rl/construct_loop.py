@@ -135,6 +135,7 @@ class Teacher:
 
     placement: np.ndarray  # [N] device per op
     makespan: float  # µs, exact simulation
+    evaluations: int = 0  # simulations choosing it (each candidate heuristic's own, one scoring)
 
 
 def teacher_rows(

@@ -23,9 +23,11 @@ def best_teacher(graph: Graph, cluster: Cluster, key: jax.Array) -> list[PlacerR
 
 
 def teachers(named: list[tuple[str, Graph]], cluster: Cluster, seed: int) -> list[Teacher]:
-    """Each op graph's best of `TEACHERS`, drawn with key `seed`."""
+    """Each op graph's best of `TEACHERS`, drawn with key `seed`, with the simulations that
+    chose it (each method's own and one scoring it)."""
     out = []
     for _, graph in named:
-        best = best_teacher(graph, cluster, jax.random.key(seed))[0]
-        out.append(Teacher(best.placement, best.makespan))
+        results = best_teacher(graph, cluster, jax.random.key(seed))
+        spent = sum(r.evaluations + 1 for r in results)
+        out.append(Teacher(results[0].placement, results[0].makespan, spent))
     return out

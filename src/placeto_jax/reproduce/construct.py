@@ -1,0 +1,74 @@
+"""The construct agent in the paper's experiments: its config, a run on some op graphs with
+the simulations it spends, and its placements through the `sampled` pipeline (generalization,
+table1 and efficiency share them)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+
+import jax
+
+from placeto_jax.cluster import Cluster
+from placeto_jax.config import PIPELINES, Config, make_config
+from placeto_jax.graphs.core import Graph
+from placeto_jax.pipeline import Placed, Policy, place_many
+from placeto_jax.rl.construct_loop import train_in
+from placeto_jax.stages.teachers import teachers
+
+
+def construct_config(overrides: Sequence[str], devices: int, cluster: str, seed: int) -> Config:
+    """The construct preset with `overrides`, on `devices` devices of cluster preset `cluster`."""
+    return make_config("construct", list(overrides), n_devices=devices, cluster_preset=cluster,
+                       seed=seed)  # fmt: skip
+
+
+def training_simulations(config: Config, n_graphs: int) -> int:
+    """Exact simulations a construct run of `config` on `n_graphs` graphs runs
+    (`construct_loop.train_in`): `train.episodes` per drawn graph in each self-imitation
+    update, and one greedy episode per graph at each evaluation (imitation simulates none)."""
+    train = config.train
+    total = train.imitation + train.iterations
+    drawn = min(train.graphs_per_update or n_graphs, n_graphs)
+    every = config.run.eval_every
+    evaluated = sum(1 for i in range(1, total + 1) if i % every == 0 or i == total)
+    return train.iterations * train.episodes * drawn + evaluated * n_graphs
+
+
+def train_construct(
+    config: Config,
+    named: list[tuple[str, Graph]],
+    cluster: Cluster,
+    workdir: str | os.PathLike,
+    progress: bool = False,
+) -> tuple[Policy, int]:
+    """A construct policy trained on the op graphs `named` in `workdir` (resumed if there), and
+    the simulations its run spends: teachers, self-imitation and greedy evaluations."""
+    taught = teachers(named, cluster, config.seed)
+    state = train_in(config, named, cluster, workdir, taught, progress)
+    spent = sum(t.evaluations for t in taught) + training_simulations(config, len(named))
+    return Policy(config, state.params), spent
+
+
+def place_construct(
+    policy: Policy, name: str, graph: Graph, cluster: Cluster, key: jax.Array
+) -> Placed:
+    """`graph` placed by `policy` through the `sampled` pipeline (greedy + 16 samples)."""
+    (placed,) = place_many([(name, graph)], cluster, PIPELINES["sampled"], policy, key,
+                           compare=False)  # fmt: skip
+    return placed
+
+
+def per_graph_construct(
+    config: Config, name: str, graph: Graph, cluster: Cluster, key: jax.Array
+) -> tuple[Placed, int, float]:
+    """A construct policy of `config` trained on `graph` alone (in a temporary workdir, so
+    always from scratch) and placed by the `sampled` pipeline: (its placement, the simulations
+    of training and placing, their wall seconds)."""
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="construct-") as workdir:
+        policy, spent = train_construct(config, [(name, graph)], cluster, workdir)
+    placed = place_construct(policy, name, graph, cluster, key)
+    return placed, spent + placed.evaluations, time.perf_counter() - began
