@@ -18,10 +18,11 @@ from placeto_jax.config import apply, make_config, make_pipeline
 from placeto_jax.env import construct as env
 from placeto_jax.env.construct_graph import Padding, build
 from placeto_jax.graphs.core import Graph
+from placeto_jax.placers import PlacerResult
 from placeto_jax.placers.timeline import Timeline
 from placeto_jax.rl import construct_loop as loop
 from placeto_jax.sim.api import simulate
-from placeto_jax.stages.teachers import best_teacher, teachers
+from placeto_jax.stages.teachers import best_teacher, searched_from, teachers
 
 CLUSTER = Cluster.preset("placeto-k80", 2)  # delta1 5.7 µs, delta2 25 µs, 7,600 bytes/µs
 
@@ -215,7 +216,7 @@ def test_imitation_learns_a_teachers_placement(tmp_path):
     ]
     assert losses[-1] < 0.5 * losses[0]
     bank = loop.Bank.of(named, CLUSTER)
-    teacher, reference = loop.teacher_rows(bank, CLUSTER, teachers(named, CLUSTER, 0))
+    teacher, _, reference = loop.teacher_rows(bank, CLUSTER, teachers(named, CLUSTER, 0))
     greedy = loop.candidates(config, state.params, bank, 0, jax.random.key(0))[0]
     np.testing.assert_array_equal(bank.built[0].by_position(greedy)[:6], teacher[0, :6])
     assert float(simulate(_two_chains(), CLUSTER, greedy).makespan) == pytest.approx(reference[0])
@@ -321,6 +322,45 @@ def test_a_hinted_policy_observes_the_best_teacher_and_counts_its_simulations(tm
     ran = best_teacher(graph, CLUSTER, jax.random.key(0))
     assert heuristics.evaluations == sum(r.evaluations + 1 for r in ran)
     assert heuristics.makespan == pytest.approx(ran[0].makespan)
+
+
+def test_a_teacher_and_its_declared_start_are_renamed_alike():
+    # Visiting order a0 b0 a1 b1 a2 b2 (ops 0 3 1 4 2 5). The start (ops 0-2 on 1, 3-5 on 0)
+    # by position is 1 0 1 0 1 0: first use renames 1 -> 0 and 0 -> 1. The teacher moves op 0
+    # to device 0 (by position 0 0 1 0 1 0); under the start's renaming 1 1 0 1 0 1, where its
+    # own renaming would give 0 0 1 0 1 0 and lose the correspondence with the hint.
+    graph = _two_chains()
+    start = np.array([1, 1, 1, 0, 0, 0])
+    taught = [loop.Teacher(np.array([0, 1, 1, 0, 0, 0]), 1.0, 0, start=start)]
+    bank = loop.Bank.of([("g", graph)], CLUSTER)
+    teacher, hint, reference = loop.teacher_rows(bank, CLUSTER, taught)
+    np.testing.assert_array_equal(hint[0, :6], [0, 1, 0, 1, 0, 1])
+    np.testing.assert_array_equal(teacher[0, :6], [1, 1, 0, 1, 0, 1])
+    np.testing.assert_array_equal(reference, [1.0])
+
+
+def test_a_searched_teacher_improves_its_start_and_counts_the_pass(tmp_path):
+    # Both chains on device 0 (the start) is 6 x 100 µs in a row; one pass of local search
+    # keeps only moves that shorten it, one simulation per op (no co-location: 6 units).
+    graph = _two_chains()
+    single = np.zeros(6, np.int64)
+    start_sim = simulate(graph, CLUSTER, single)
+    start = PlacerResult("single", single, float(start_sim.makespan),
+                         np.asarray(start_sim.peak_memory), True, 0, 0.0)  # fmt: skip
+    found = searched_from(graph, CLUSTER, start, jax.random.key(3))
+    assert found.evaluations == 6
+    assert found.makespan <= start.makespan
+    simulated = simulate(graph, CLUSTER, found.placement)
+    assert found.makespan == pytest.approx(float(simulated.makespan))
+    (taught,) = teachers([("g", graph)], CLUSTER, 0, "searched")
+    (best,) = teachers([("g", graph)], CLUSTER, 0)
+    np.testing.assert_array_equal(taught.start, best.placement)
+    assert taught.evaluations == best.evaluations + 6 and taught.makespan <= best.makespan
+    hinted = {"env.construct_hint": "best", "train.teacher": "searched"}
+    config = apply(_config(imitation=2), hinted)
+    run = loop.Run.make(config, [("g", graph)], CLUSTER, [taught])
+    hint_rows = loop.teacher_rows(run.bank, CLUSTER, [taught])[1]
+    np.testing.assert_array_equal(run.bank.built[0].hint[:6], hint_rows[0, :6])
 
 
 def test_self_imitation_keeps_a_graphs_best_placement_only_when_faster():

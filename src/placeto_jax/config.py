@@ -22,6 +22,7 @@ MessagePassing = Literal["radial", "sweep", "none"]
 Baseline = Literal["per-step", "none"]
 Agent = Literal["paper", "construct"]
 ConstructHint = Literal["none", "best"]
+TeacherKind = Literal["best", "searched"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +61,8 @@ class TrainConfig:
 
     iterations: int = 200  # policy-gradient updates (0: the initial weights are the checkpoint)
     imitation: int = 0  # construct agent: updates imitating the best heuristic's placements first
+    teacher: TeacherKind = "best"  # construct agent: what it imitates; "searched": the best
+    #   heuristic improved by one pass of local search with random proposals (`stages.teachers`)
     temperature: float = 1.0  # construct agent: of the episodes sampled by the `iterations`
     #   self-imitation updates (each graph's best placement so far imitated)
     episodes: int = 64  # parallel episodes per update, spread evenly over its graphs
@@ -277,6 +280,11 @@ def validate(config: Config) -> None:
             "train.imitation",
             config.agent == "construct" or config.train.imitation == 0,
             "is for agent=construct (the paper agent has no imitation phase)",
+        ),
+        (
+            "train.teacher",
+            config.agent == "construct" or config.train.teacher == "best",
+            "is for agent=construct (the paper agent imitates nothing)",
         ),
         ("train.episodes", config.train.episodes >= 1, "must be >= 1"),
         ("train.graphs_per_update", config.train.graphs_per_update >= 0, "must be >= 0"),

@@ -39,6 +39,20 @@ class Units:
     of_op: np.ndarray  # [N] int unit of each op, in [0, U)
     order: np.ndarray  # [U] int every unit once, in visiting order
 
+    @classmethod
+    def of_ops(cls, graph: Graph) -> Units:
+        """One unit per co-location class (or free op), visited in topological order of its
+        first op."""
+        n = graph.n_ops
+        classes = graph.colocation if graph.colocation is not None else np.full(n, -1)
+        labels = np.where(classes >= 0, classes, classes.max(initial=0) + 1 + np.arange(n))
+        _, of_op = np.unique(labels, return_inverse=True)
+        rank = np.empty(n, np.int64)
+        rank[graph.topological_order] = np.arange(n)
+        first = np.full(of_op.max() + 1, n)
+        np.minimum.at(first, of_op, rank)
+        return cls(of_op.astype(np.int64), np.argsort(first, kind="stable"))
+
 
 @dataclasses.dataclass(frozen=True)
 class Searched:

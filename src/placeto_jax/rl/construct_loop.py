@@ -131,24 +131,35 @@ def initial_state(
 
 @dataclasses.dataclass(frozen=True)
 class Teacher:
-    """A placement the agent imitates first (`stages.teachers`: the best fast heuristic)."""
+    """A placement the agent imitates first (`stages.teachers`: the best fast heuristic, or it
+    improved by search)."""
 
     placement: np.ndarray  # [N] device per op
     makespan: float  # µs, exact simulation
     evaluations: int = 0  # simulations choosing it (each candidate heuristic's own, one scoring)
+    start: np.ndarray | None = None  # [N] the declared start it improved (None: itself)
+
+    @property
+    def hint(self) -> np.ndarray:
+        """[N] the placement a hinted agent observes: the declared start."""
+        return self.placement if self.start is None else self.start
 
 
 def teacher_rows(
     bank: Bank, cluster: Cluster, taught: list[Teacher]
-) -> tuple[np.ndarray, np.ndarray]:
-    """([G, Np] int32 by position, [G] µs): each graph's teacher (renamed in order of first
-    use on a homogeneous cluster) and its makespan."""
-    rows = []
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """([G, Np] int32 by position, the same of their hints, [G] µs): each graph's teacher and
+    hint, renamed alike in order of first use in the hint on a homogeneous cluster, and the
+    teacher's makespan."""
+    rows, hints = [], []
     for built, teacher in zip(bank.built, taught, strict=True):
-        row = built.by_position(teacher.placement)
-        row[: built.n_ops] = in_label_order(row[: built.n_ops], cluster)
+        n = built.n_ops
+        row, hint = built.by_position(teacher.placement), built.by_position(teacher.hint)
+        both = in_label_order(np.concatenate([hint[:n], row[:n]]), cluster)
+        hint[:n], row[:n] = both[:n], both[n:]
         rows.append(row)
-    return np.stack(rows), np.asarray([t.makespan for t in taught])
+        hints.append(hint)
+    return np.stack(rows), np.stack(hints), np.asarray([t.makespan for t in taught])
 
 
 def scores(bank: Bank, cluster: Cluster, graph_ids, devices) -> np.ndarray:
@@ -182,9 +193,9 @@ class Run:
     ) -> Run:
         """The run on the op graphs `named`, each with its `Teacher` of `taught`."""
         bank = Bank.of(named, cluster)
-        rows, reference = teacher_rows(bank, cluster, taught)
+        rows, hint_rows, reference = teacher_rows(bank, cluster, taught)
         if config.env.construct_hint == "best":
-            hints = [b.placement(r) for b, r in zip(bank.built, rows, strict=True)]
+            hints = [b.placement(r) for b, r in zip(bank.built, hint_rows, strict=True)]
             bank = Bank.of(named, cluster, hints)
         return cls(config, bank, cluster, learner_of(config), jnp.asarray(rows), reference)
 

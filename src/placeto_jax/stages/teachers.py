@@ -1,14 +1,17 @@
 """What the construct agent imitates first, and the hint it may observe: the best of a few fast
-heuristics on each op graph (`rl/construct_loop.py` takes them as given: the agent does not
+heuristics on each op graph, or that placement improved by one pass of local search
+(`train.teacher` "searched"; `rl/construct_loop.py` takes them as given: the agent does not
 import the placers)."""
 
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import PlacerResult, fastest_fitting, run_method
+from placeto_jax.placers.guided import Searched, Units, guided_search
 from placeto_jax.rl.construct_loop import Teacher
 
 TEACHERS = ("metis", "heft", "critical-path", "m-etf", "m-sct")  # the fast heuristics that
@@ -22,12 +25,31 @@ def best_teacher(graph: Graph, cluster: Cluster, key: jax.Array) -> list[PlacerR
     return [best, *(r for r in results if r is not best)]
 
 
-def teachers(named: list[tuple[str, Graph]], cluster: Cluster, seed: int) -> list[Teacher]:
-    """Each op graph's best of `TEACHERS`, drawn with key `seed`, with the simulations that
-    chose it (each method's own and one scoring it)."""
+def searched_from(graph: Graph, cluster: Cluster, start: PlacerResult, key: jax.Array) -> Searched:
+    """`start` improved by one pass of local search over the op graph's co-location classes,
+    each proposed a uniformly random device drawn from `key` (`placers.guided`)."""
+    units = Units.of_ops(graph)
+    proposals = jax.random.randint(key, (1, len(units.order)), 0, cluster.n_devices)
+    current = Searched(start.placement, start.makespan, start.peak_memory, start.fits_memory,
+                       start.overflow)  # fmt: skip
+    return guided_search(graph, cluster, units, current, np.asarray(proposals))
+
+
+def teachers(
+    named: list[tuple[str, Graph]], cluster: Cluster, seed: int, kind: str = "best"
+) -> list[Teacher]:
+    """Each op graph's best of `TEACHERS`, drawn with key `seed` (improved by `searched_from`
+    for `kind` "searched", the best heuristic then its declared start), with the simulations
+    that chose it (each method's own, one scoring it, and the search's)."""
     out = []
     for _, graph in named:
-        results = best_teacher(graph, cluster, jax.random.key(seed))
-        spent = sum(r.evaluations + 1 for r in results)
-        out.append(Teacher(results[0].placement, results[0].makespan, spent))
+        key = jax.random.key(seed)
+        results = best_teacher(graph, cluster, key)
+        best, spent = results[0], sum(r.evaluations + 1 for r in results)
+        if kind == "best":
+            out.append(Teacher(best.placement, best.makespan, spent))
+            continue
+        found = searched_from(graph, cluster, best, jax.random.fold_in(key, 1))
+        out.append(Teacher(found.placement, found.makespan, spent + found.evaluations,
+                           start=best.placement))  # fmt: skip
     return out
