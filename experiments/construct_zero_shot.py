@@ -27,10 +27,11 @@ from placeto_jax.graphs.io import read_json
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.pipeline import Policy
 from placeto_jax.placers import best_heuristic, run_method
+from placeto_jax.placers.guided import Units
 from placeto_jax.report import format_table
 from placeto_jax.reproduce.construct import train_construct
 from placeto_jax.rl import construct_loop as cl
-from placeto_jax.stages.teachers import best_teacher
+from placeto_jax.stages.teachers import best_teacher, searched_from
 
 CACHE = os.environ.get("HEURISTIC_CACHE", "/tmp/best_heuristic_cache.json")
 
@@ -51,17 +52,46 @@ def _cell(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def placed_ratio(config, params, name, graph, cluster, args, mode="policy") -> float:
-    """The best of the pipeline's episodes (exact simulation) on `graph`, in µs."""
-    hints = None
+def placed_ratio(config, params, name, graph, cluster, args, mode="policy"):
+    """The best of the pipeline's episodes (exact simulation) on `graph` and its greedy
+    episode's, in µs, and the simulations spent (the hint's heuristics, when it observes one)."""
+    hints, spent = None, 0
     if config.env.construct_hint == "best":
-        hints = [best_teacher(graph, cluster, jax.random.key(0))[0].placement]
+        results = best_teacher(graph, cluster, jax.random.key(0))
+        hints, spent = [results[0].placement], sum(r.evaluations + 1 for r in results)
     bank = cl.Bank.of([(name, graph)], cluster, hints)
     key = jax.random.fold_in(jax.random.key(7), int(graph.digest[:8], 16))
     rows = cl.candidates(config, params, bank, 0, key, args.samples, args.temperature, mode)
     by_position = np.stack([bank.built[0].by_position(r) for r in rows])[None]
     runtime = cl.scores(bank, cluster, [0], by_position)[0]
-    return float(runtime.min()), float(runtime[0])
+    return float(runtime.min()), float(runtime[0]), spent + len(rows)
+
+
+def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
+    """Local search from the hinted policy's declared start (the best of `TEACHERS`) with
+    uniformly random proposals (`searched_from`'s pass, cut to the budget) given `evaluations`
+    in all (the start's included), and given at most about `wall_s` seconds (its start's time
+    included; budgets doubled as `searched` does): makespans (µs) and evaluations."""
+    began = time.perf_counter()
+    results = best_teacher(graph, cluster, jax.random.key(0))
+    start_s, spent = time.perf_counter() - began, sum(r.evaluations + 1 for r in results)
+    units = Units.of_ops(graph)
+
+    def run(budget: int) -> tuple[float, int, float]:
+        cut = Units(units.of_op, units.order[: max(0, min(budget - spent, len(units.order)))])
+        began = time.perf_counter()
+        found = searched_from(graph, cluster, results[0], jax.random.key(0), cut)
+        return found.makespan, spent + found.evaluations, start_s + time.perf_counter() - began
+
+    same = run(evaluations)
+    timed, budget = same, 2 * evaluations
+    while budget <= 1 << 16 and budget - spent <= 2 * len(units.order):
+        found = run(budget)
+        if found[2] > wall_s:
+            break
+        timed, budget = found, 2 * budget
+    return {"start-search_same_evals": same[0], "start-search_same_evals_n": same[1],
+            "start-search_same_wall": timed[0], "start-search_same_wall_n": timed[1]}  # fmt: skip
 
 
 def searched(graph, cluster, method: str, evaluations: int, wall_s: float) -> dict:
@@ -124,24 +154,27 @@ def main(argv: list[str] | None = None) -> int:
     for name in test_names:
         graph = resolve_graph(name)
         began = time.perf_counter()
-        policy, greedy = placed_ratio(config, params, name, graph, cluster, args)
+        policy, greedy, spent = placed_ratio(config, params, name, graph, cluster, args)
         place_s = time.perf_counter() - began  # compilation for this graph's shape included
         began = time.perf_counter()
         placed_ratio(config, params, name, graph, cluster, args)  # the same again, compiled
         warm_s = time.perf_counter() - began
-        untrained_ms, _ = placed_ratio(config, untrained, name, graph, cluster, args)
-        uniform_ms, _ = placed_ratio(config, untrained, name, graph, cluster, args, "uniform")
+        untrained_ms, _, _ = placed_ratio(config, untrained, name, graph, cluster, args)
+        uniform_ms, _, _ = placed_ratio(config, untrained, name, graph, cluster, args, "uniform")
         best = cached_best(name, graph, cluster)
         ref = best["makespan_us"]
         row = {"graph": name, "ops": graph.n_ops, "heuristic": best["method"],
                "heuristic_ms": ref / 1e3, "policy_ratio": policy / ref,
                "greedy_ratio": greedy / ref, "untrained_ratio": untrained_ms / ref,
-               "uniform_ratio": uniform_ms / ref, "evaluations": 1 + args.samples,
+               "uniform_ratio": uniform_ms / ref, "evaluations": spent,
                "place_s": place_s, "place_warm_s": warm_s}  # fmt: skip
         if args.search:  # the time of a compiled placement: what a user placing many pays
+            found = {}
             for method in ("local-search", "cross-entropy"):
-                found = searched(graph, cluster, method, 1 + args.samples, warm_s)
-                row.update({k: v / ref if not k.endswith("_n") else v for k, v in found.items()})
+                found.update(searched(graph, cluster, method, spent, warm_s))
+            if config.env.construct_hint == "best":  # the same search from the same start
+                found.update(from_start(graph, cluster, spent, warm_s))
+            row.update({k: v / ref if not k.endswith("_n") else v for k, v in found.items()})
         rows.append(row)
         print(json.dumps(row), flush=True)
     geo = {

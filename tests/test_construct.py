@@ -19,6 +19,7 @@ from placeto_jax.env import construct as env
 from placeto_jax.env.construct_graph import Padding, build
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import PlacerResult
+from placeto_jax.placers.guided import Units
 from placeto_jax.placers.timeline import Timeline
 from placeto_jax.rl import construct_loop as loop
 from placeto_jax.sim.api import simulate
@@ -349,6 +350,13 @@ def test_a_searched_teacher_improves_its_start_and_counts_the_pass(tmp_path):
                          np.asarray(start_sim.peak_memory), True, 0, 0.0)  # fmt: skip
     found = searched_from(graph, CLUSTER, start, jax.random.key(3))
     assert found.evaluations == 6
+    units = Units.of_ops(graph)
+    cut = searched_from(
+        graph, CLUSTER, start, jax.random.key(3), Units(units.of_op, units.order[:2])
+    )
+    assert cut.evaluations == 2  # a pass cut to the first 2 units (ops 0 and 1 of chain a)
+    moved = np.flatnonzero(cut.placement != single)
+    assert set(moved.tolist()) <= {0, 1}
     assert found.makespan <= start.makespan
     simulated = simulate(graph, CLUSTER, found.placement)
     assert found.makespan == pytest.approx(float(simulated.makespan))

@@ -48,17 +48,17 @@ def op_units(graph: Graph) -> Units:
 
 # ---------------------------------------------------------------------- the search, by hand
 def test_op_units_are_co_location_classes_in_topological_order():
-    # A chain 0 -> 1 -> 2 -> 3 with ops 1 and 3 one class: units {1, 3}, {0}, {2}, numbered
-    # by sorted label (class 5, then the free ops as 6 and 8); visited from op 0's unit.
+    # A chain 0 -> 1 -> 2 -> 3 with ops 1 and 3 one class: units {0}, {1, 3}, {2}, numbered
+    # and visited in topological order of their first op.
     graph = Graph.from_edges(cost=[1.0] * 4, out_bytes=[0.0] * 4,
                              edges=[(0, 1), (1, 2), (2, 3)], colocation=[-1, 5, -1, 5])  # fmt: skip
     units = Units.of_ops(graph)
-    np.testing.assert_array_equal(units.of_op, [1, 0, 2, 0])
-    np.testing.assert_array_equal(units.order, [1, 0, 2])
+    np.testing.assert_array_equal(units.of_op, [0, 1, 2, 1])
+    np.testing.assert_array_equal(units.order, [0, 1, 2])
     chain = Graph.from_edges(cost=[1.0] * 3, out_bytes=[0.0] * 3, edges=[(2, 0), (0, 1)])
     free = Units.of_ops(chain)  # no classes: one unit per op, along the chain 2 -> 0 -> 1
-    np.testing.assert_array_equal(free.of_op, [0, 1, 2])
-    np.testing.assert_array_equal(free.order, [2, 0, 1])
+    np.testing.assert_array_equal(free.of_op, [1, 2, 0])
+    np.testing.assert_array_equal(free.order, [0, 1, 2])
 
 
 def test_moves_that_help_are_kept_and_the_rest_undone():

@@ -41,17 +41,19 @@ class Units:
 
     @classmethod
     def of_ops(cls, graph: Graph) -> Units:
-        """One unit per co-location class (or free op), visited in topological order of its
-        first op."""
+        """One unit per co-location class (or free op), numbered and visited in topological
+        order of its first op (so the first k units of `order` are units 0 to k - 1)."""
         n = graph.n_ops
         classes = graph.colocation if graph.colocation is not None else np.full(n, -1)
         labels = np.where(classes >= 0, classes, classes.max(initial=0) + 1 + np.arange(n))
-        _, of_op = np.unique(labels, return_inverse=True)
+        _, label_of_op = np.unique(labels, return_inverse=True)
+        first = np.full(label_of_op.max() + 1, n)
         rank = np.empty(n, np.int64)
         rank[graph.topological_order] = np.arange(n)
-        first = np.full(of_op.max() + 1, n)
-        np.minimum.at(first, of_op, rank)
-        return cls(of_op.astype(np.int64), np.argsort(first, kind="stable"))
+        np.minimum.at(first, label_of_op, rank)
+        renumber = np.empty_like(first)
+        renumber[np.argsort(first, kind="stable")] = np.arange(first.size)
+        return cls(renumber[label_of_op].astype(np.int64), np.arange(first.size))
 
 
 @dataclasses.dataclass(frozen=True)

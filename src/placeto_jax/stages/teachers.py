@@ -25,10 +25,13 @@ def best_teacher(graph: Graph, cluster: Cluster, key: jax.Array) -> list[PlacerR
     return [best, *(r for r in results if r is not best)]
 
 
-def searched_from(graph: Graph, cluster: Cluster, start: PlacerResult, key: jax.Array) -> Searched:
-    """`start` improved by one pass of local search over the op graph's co-location classes,
-    each proposed a uniformly random device drawn from `key` (`placers.guided`)."""
-    units = Units.of_ops(graph)
+def searched_from(
+    graph: Graph, cluster: Cluster, start: PlacerResult, key: jax.Array, units: Units | None = None
+) -> Searched:
+    """`start` improved by one pass of local search over `units` (default: the op graph's
+    co-location classes, `Units.of_ops`), each proposed a uniformly random device drawn from
+    `key` (`placers.guided`)."""
+    units = Units.of_ops(graph) if units is None else units
     proposals = jax.random.randint(key, (1, len(units.order)), 0, cluster.n_devices)
     current = Searched(start.placement, start.makespan, start.peak_memory, start.fits_memory,
                        start.overflow)  # fmt: skip
