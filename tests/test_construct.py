@@ -383,15 +383,20 @@ def test_self_imitation_keeps_a_graphs_best_placement_only_when_faster():
     np.testing.assert_allclose(kept.elite_runtime, [10.0, 9.0])
 
 
-def test_train_with_the_construct_preset_from_the_command_line(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "preset, teacher",
+    [("construct", "the best heuristic"),
+     ("construct-hinted", "the best heuristic improved by a search pass")],  # make run's
+)  # fmt: skip
+def test_train_with_the_construct_preset_from_the_command_line(tmp_path, capsys, preset, teacher):
     from placeto_jax.cli import main
 
-    argv = ["train", "--graphs", "example:diamond", "--devices", "2", "--preset", "construct",
+    argv = ["train", "--graphs", "example:diamond", "--devices", "2", "--preset", preset,
             "--set", "train.imitation=3", "--set", "policy.width=8", "--workdir", str(tmp_path),
             "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "after 3 updates (3 imitating the best heuristic, 0 self-imitation)" in out
+    assert f"after 3 updates (3 imitating {teacher}, 0 self-imitation)" in out
     assert "example:diamond" in out and "/ best" in out
     assert main(["eval", "--checkpoint", str(tmp_path), "--graphs", "example:diamond",
                  "--pipeline", "sampled", "--control"]) == 0  # fmt: skip

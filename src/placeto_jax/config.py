@@ -163,6 +163,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# The construct agent observing the best heuristic's placement (a declared start) and imitating
+# that placement improved by one local-search pass (findings.md, 2026-12-06).
+PRESETS["construct-hinted"] = {
+    **PRESETS["construct"], "env.construct_hint": "best", "train.teacher": "searched"
+}  # fmt: skip
+
+
 Source = Literal["policy", "heuristics"]
 Proposer = Literal["policy", "ranked", "random"]
 EVERY_OTHER_DEVICE = -1  # `Pipeline.search_ops`: one pass per other device (D - 1)

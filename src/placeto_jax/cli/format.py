@@ -287,8 +287,11 @@ def train_text(
     against = "and the best fast heuristic " if _compared(own) else ""
     if config.agent == "construct":
         updates = config.train.imitation + config.train.iterations
+        teacher = "the best heuristic" + (
+            " improved by a search pass" if config.train.teacher == "searched" else ""
+        )
         return "\n".join([
-            f"after {updates} updates ({config.train.imitation} imitating the best heuristic, "
+            f"after {updates} updates ({config.train.imitation} imitating {teacher}, "
             f"{config.train.iterations} self-imitation), on each graph: the policy's own "
             f"placement (what `place --checkpoint {workdir}` returns with the same pipeline) "
             f"against single device {against}(ratios: makespan over theirs, lower is better):",
