@@ -26,7 +26,7 @@ from placeto_jax.graphs.families import SPLITS
 from placeto_jax.graphs.io import read_json
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.pipeline import Policy
-from placeto_jax.placers import best_heuristic, run_method
+from placeto_jax.placers import best_heuristic, run_method, simulations
 from placeto_jax.placers.guided import Units
 from placeto_jax.report import format_table
 from placeto_jax.reproduce.construct import train_construct
@@ -58,7 +58,7 @@ def placed_ratio(config, params, name, graph, cluster, args, mode="policy"):
     hints, spent = None, 0
     if config.env.construct_hint == "best":
         results = best_teacher(graph, cluster, jax.random.key(0))
-        hints, spent = [results[0].placement], sum(r.evaluations + 1 for r in results)
+        hints, spent = [results[0].placement], simulations(results)
     bank = cl.Bank.of([(name, graph)], cluster, hints)
     key = jax.random.fold_in(jax.random.key(7), int(graph.digest[:8], 16))
     rows = cl.candidates(config, params, bank, 0, key, args.samples, args.temperature, mode)
@@ -74,7 +74,7 @@ def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
     included; budgets doubled as `searched` does): makespans (µs) and evaluations."""
     began = time.perf_counter()
     results = best_teacher(graph, cluster, jax.random.key(0))
-    start_s, spent = time.perf_counter() - began, sum(r.evaluations + 1 for r in results)
+    start_s, spent = time.perf_counter() - began, simulations(results)
     units = Units.of_ops(graph)
 
     def run(budget: int) -> tuple[float, int, float]:
@@ -83,34 +83,39 @@ def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
         found = searched_from(graph, cluster, results[0], jax.random.key(0), cut)
         return found.makespan, spent + found.evaluations, start_s + time.perf_counter() - began
 
-    same = run(evaluations)
-    timed, budget = same, 2 * evaluations
-    while budget <= 1 << 16 and budget - spent <= 2 * len(units.order):
-        found = run(budget)
-        if found[2] > wall_s:
-            break
-        timed, budget = found, 2 * budget
+    same, timed = equal_and_timed(run, evaluations, wall_s, spent + 2 * len(units.order))
     return {"start-search_same_evals": same[0], "start-search_same_evals_n": same[1],
             "start-search_same_wall": timed[0], "start-search_same_wall_n": timed[1]}  # fmt: skip
 
 
+def equal_and_timed(run, evaluations: int, wall_s: float, last: int = 1 << 16):
+    """`run(budget)` -> (makespan, evaluations, seconds) at `evaluations`, and at the largest
+    budget doubled from it (at most `last`) whose run took at most `wall_s` (`evaluations`'
+    run when none did)."""
+    same = run(evaluations)
+    timed, budget = same, 2 * evaluations
+    while budget <= min(last, 1 << 16):
+        found = run(budget)
+        if found[2] > wall_s:
+            break
+        timed, budget = found, 2 * budget
+    return same, timed
+
+
 def searched(graph, cluster, method: str, evaluations: int, wall_s: float) -> dict:
     """`method` (local search or the cross-entropy method) on `graph` given `evaluations`, and
-    given at most about `wall_s` seconds (the largest budget, doubled from `evaluations`, whose
-    run took no longer; `evaluations`' run when none did): makespans (µs) and evaluations."""
-    key = jax.random.key(0)
-    same = run_method(method, graph, cluster, key, evaluations)
-    timed, budget = same, 2 * evaluations
-    while budget <= 1 << 16:
-        run = run_method(method, graph, cluster, key, budget)
-        if run.wall_s > wall_s:
-            break
-        timed, budget = run, 2 * budget
+    given at most about `wall_s` seconds (`equal_and_timed`): makespans (µs) and evaluations."""
+
+    def run(budget: int) -> tuple[float, int, float]:
+        found = run_method(method, graph, cluster, jax.random.key(0), budget)
+        return found.makespan, found.evaluations, found.wall_s
+
+    same, timed = equal_and_timed(run, evaluations, wall_s)
     return {
-        f"{method}_same_evals": same.makespan,
-        f"{method}_same_evals_n": same.evaluations,
-        f"{method}_same_wall": timed.makespan,
-        f"{method}_same_wall_n": timed.evaluations,
+        f"{method}_same_evals": same[0],
+        f"{method}_same_evals_n": same[1],
+        f"{method}_same_wall": timed[0],
+        f"{method}_same_wall_n": timed[1],
     }
 
 

@@ -26,7 +26,7 @@ from placeto_jax.cluster import PRESETS, Cluster
 from placeto_jax.config import EVERY_OTHER_DEVICE, Config, Pipeline, apply, make_config
 from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers import PlacerResult, fast_heuristics, fastest_fitting
+from placeto_jax.placers import PlacerResult, fast_heuristics, fastest_fitting, simulations
 from placeto_jax.rl import construct_loop
 from placeto_jax.rl.checkpoint import Checkpointer, load_run
 from placeto_jax.rl.evaluate import (
@@ -278,14 +278,9 @@ def _from_heuristics(named, cluster, heuristics, heuristics_s, log):
         best = fastest_fitting(results)
         placed = rank_visited(PlacementGraph(name, graph), cluster, best.placement[None],
                               best.method)  # fmt: skip
-        stages.append(Stage("heuristics", _heuristic_cost(results), heuristics_s, placed.makespan))
+        stages.append(Stage("heuristics", simulations(results), heuristics_s, placed.makespan))
         out.append(placed)
     return out, [PlacementGraph(name, graph) for name, graph in named]
-
-
-def _heuristic_cost(results: list[PlacerResult]) -> int:
-    """Simulations the fast heuristics ran: their own and one to score each."""
-    return sum(r.evaluations + 1 for r in results)
 
 
 def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, log):
@@ -298,9 +293,7 @@ def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, l
     if start == "best-op":
         for stages, results in zip(log, heuristics, strict=True):
             best = fastest_fitting(results)
-            stages.append(
-                Stage("heuristics", _heuristic_cost(results), heuristics_s, best.makespan)
-            )
+            stages.append(Stage("heuristics", simulations(results), heuristics_s, best.makespan))
     began = time.perf_counter()
     groupings = []  # (config, graphs) per coarsening: every graph coarsened before any work
     for target in pipeline.group_targets or (None,):
@@ -344,7 +337,7 @@ def _construct_episodes(named, cluster, pipeline, policy, key, log):
         if policy.config.env.construct_hint == "best":  # a declared start every op observes
             hinted = best_teacher(graph, cluster, key)
             hints = [hinted[0].placement]
-            stages.append(Stage("heuristics", _heuristic_cost(hinted),
+            stages.append(Stage("heuristics", simulations(hinted),
                                 time.perf_counter() - began, hinted[0].makespan))  # fmt: skip
             began = time.perf_counter()
         bank = construct_loop.Bank.of([(name, graph)], cluster, hints)

@@ -178,6 +178,11 @@ FAST_HEURISTICS = (
 )  # fmt: skip
 
 
+def simulations(results: list[PlacerResult]) -> int:
+    """Simulations the methods of `results` ran: their own, and one scoring each."""
+    return sum(r.evaluations + 1 for r in results)
+
+
 def fastest_fitting(results: list[PlacerResult]) -> PlacerResult:
     """The shortest makespan among the results that fit memory; when none fits, the one that
     overflows memory least (`rank_key`). The first of equal results."""

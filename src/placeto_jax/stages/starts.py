@@ -28,6 +28,7 @@ from placeto_jax.placers import (
     fast_heuristics,
     fastest_fitting,
     scored,
+    simulations,
 )
 from placeto_jax.placers.base import Solution
 
@@ -73,12 +74,12 @@ def start_and_cost(
     (none for `heuristics` already run), one to score a file."""
     if spec == "best":
         results = [heuristic_start(pg, cluster, m, key) for m in FAST_HEURISTICS]
-        return fastest_fitting(results), sum(r.evaluations + 1 for r in results)
+        return fastest_fitting(results), simulations(results)
     if spec == "best-op" and heuristics is not None:
         return fastest_fitting(heuristics), 0
     if spec == "best-op":
         results = fast_heuristics(pg.op_graph or pg.graph, cluster, key)
-        return fastest_fitting(results), sum(r.evaluations + 1 for r in results)
+        return fastest_fitting(results), simulations(results)
     if spec in START_METHODS:
         result = heuristic_start(pg, cluster, spec, key)
         return result, result.evaluations + 1

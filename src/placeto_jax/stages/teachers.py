@@ -10,7 +10,7 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
-from placeto_jax.placers import PlacerResult, fastest_fitting, run_method
+from placeto_jax.placers import PlacerResult, fastest_fitting, run_method, simulations
 from placeto_jax.placers.guided import Searched, Units, guided_search
 from placeto_jax.rl.construct_loop import Teacher
 
@@ -48,7 +48,7 @@ def teachers(
     for _, graph in named:
         key = jax.random.key(seed)
         results = best_teacher(graph, cluster, key)
-        best, spent = results[0], sum(r.evaluations + 1 for r in results)
+        best, spent = results[0], simulations(results)
         if kind == "best":
             out.append(Teacher(best.placement, best.makespan, spent))
             continue
