@@ -2,10 +2,11 @@
 families' train splits places every operator graph zero-shot, each on its file's own
 accelerators, through the place pipeline (`sampled`: greedy + 16 sampled episodes), next to the
 same pipeline with the untrained policy and with uniformly random episodes, and the best fast
-heuristic on the same graph. `--per-graph` adds a policy trained on each graph alone (imitation
-of its best teacher, then self-imitation), placed the same way. Ratios are of makespans
-penalised for memory overflow (`sim.ranking.penalised_makespan`): a placement that does not fit
-loses to one that does.
+heuristic on the same graph (`--graphs`: named graphs instead, on `--devices` placeto-k80s;
+`zoo-ops:MODEL` is a zoo model's op graph, ungrouped). `--per-graph` adds a policy trained on
+each graph alone (imitation of its best teacher, then self-imitation), placed the same way.
+Ratios are of makespans penalised for memory overflow (`sim.ranking.penalised_makespan`): a
+placement that does not fit loses to one that does.
 
 Run: `python experiments/construct_benchmarks.py --out results/construct/benchmarks.json`
 """
@@ -30,7 +31,7 @@ from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.pipeline import Policy, pipeline_json, place_many, untrained
 from placeto_jax.placers import fast_heuristics, fastest_fitting
 from placeto_jax.report import format_table
-from placeto_jax.reproduce.benchmarks import benchmark_cases
+from placeto_jax.reproduce.benchmarks import Case, benchmark_cases
 from placeto_jax.reproduce.construct import train_construct
 from placeto_jax.rl import construct_loop as cl
 from placeto_jax.rl.evaluate import rank_visited
@@ -54,6 +55,22 @@ def family_policy(args) -> Policy:
     ]
     workdir = args.workdir or tempfile.mkdtemp(prefix="construct-families-")
     return train_construct(config, named, cluster, workdir, progress=True)[0]
+
+
+def named_cases(specs: str, n_devices: int) -> list[Case]:
+    """The graphs `specs` (comma-separated registry names, graph files or `zoo-ops:MODEL`) on
+    `n_devices` placeto-k80s."""
+    cluster = Cluster.preset("placeto-k80", n_devices)
+    cases = []
+    for spec in specs.split(","):
+        if spec.startswith("zoo-ops:"):
+            from placeto_jax.graphs.zoo import zoo_op_graph  # traces the model (Flax)
+
+            graph = zoo_op_graph(spec.removeprefix("zoo-ops:"))[0]
+        else:
+            graph = resolve_graph(spec)
+        cases.append(Case(spec, "operator", graph, cluster, None, "none"))
+    return cases
 
 
 def per_graph_policy(args, name: str, graph, cluster: Cluster) -> tuple[Policy, float]:
@@ -95,11 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-graph-set", action="append", default=[], metavar="KEY=VALUE",
                         help="config of the per-graph runs")  # fmt: skip
     parser.add_argument("--match", default=None, help="only files whose path contains this")
+    parser.add_argument("--graphs", default=None, help="named graphs instead of the folder's")
+    parser.add_argument("--devices", type=int, default=4, help="placeto-k80s for --graphs")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     pipeline = PIPELINES["sampled"]
-    cases = [c for c in benchmark_cases(args.data, kinds=("OperatorGraphs",))
-             if args.match is None or args.match in c.file]  # fmt: skip
+    cases = named_cases(args.graphs, args.devices) if args.graphs else [
+        c for c in benchmark_cases(args.data, kinds=("OperatorGraphs",))
+        if args.match is None or args.match in c.file
+    ]  # fmt: skip
     began = time.perf_counter()
     family = family_policy(args)
     train_s = time.perf_counter() - began

@@ -52,3 +52,23 @@ def test_an_untrained_checkpoint_places_like_its_control_on_another_device_count
     assert row["policy_ratio"] == pytest.approx(row["policy_raw_ratio"])  # fits: no penalty
     for label in ("uniform", "per_graph"):
         assert row[f"{label}_ratio"] > 0
+
+
+@pytest.mark.slow
+def test_named_graphs_are_placed_on_the_devices_asked_for(tmp_path):
+    spec = importlib.util.spec_from_file_location("construct_benchmarks", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = make_config("construct", ["train.imitation=0"], n_devices=2)
+    named = [("chain", Graph.from_edges(cost=[1.0, 2.0], out_bytes=[8, 8], edges=[(0, 1)]))]
+    cluster = Cluster.preset("placeto-k80", 2)
+    loop.train_in(config, named, cluster, tmp_path / "run", teachers(named, cluster, 0), False)
+    out = tmp_path / "out.json"
+    argv = ["--graphs", "example:diamond,layered:12", "--devices", "3", "--checkpoint",
+            str(tmp_path / "run"), "--out", str(out)]  # fmt: skip
+    assert module.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["graph"], r["ops"], r["devices"]) for r in rows] == [
+        ("example:diamond", 4, 3), ("layered:12", 12, 3)
+    ]  # fmt: skip
+    assert all(r["policy_ratio"] == r["untrained_ratio"] for r in rows)  # the same weights
