@@ -325,6 +325,25 @@ def test_a_hinted_policy_observes_the_best_teacher_and_counts_its_simulations(tm
     assert heuristics.makespan == pytest.approx(ran[0].makespan)
 
 
+def test_a_searched_teacher_of_several_passes_counts_each_and_reaches_the_chains_apart():
+    # From both chains on device 0, one simulation per op and pass; with 8 passes the search
+    # reaches the best placement, the two chains apart (3 x 100 µs + 2 x 5.7 µs each).
+    graph = _two_chains()
+    single = np.zeros(6, np.int64)
+    sim = simulate(graph, CLUSTER, single)
+    start = PlacerResult("single", single, float(sim.makespan), np.asarray(sim.peak_memory),
+                         True, 0, 0.0)  # fmt: skip
+    found = searched_from(graph, CLUSTER, start, jax.random.key(3), passes=8)
+    assert found.evaluations == 8 * 6
+    apart = simulate(graph, CLUSTER, np.asarray([0, 0, 0, 1, 1, 1]))
+    assert found.makespan == pytest.approx(float(apart.makespan)) == pytest.approx(311.4)
+    (taught,) = teachers([("g", graph)], CLUSTER, 0, "searched", passes=3)
+    (best,) = teachers([("g", graph)], CLUSTER, 0)
+    assert taught.evaluations == best.evaluations + 3 * 6
+    with pytest.raises(ValueError, match=r"train\.teacher_passes"):
+        _config(teacher_passes=3)  # the best heuristic is not searched
+
+
 def test_a_teacher_and_its_declared_start_are_renamed_alike():
     # Visiting order a0 b0 a1 b1 a2 b2 (ops 0 3 1 4 2 5). The start (ops 0-2 on 1, 3-5 on 0)
     # by position is 1 0 1 0 1 0: first use renames 1 -> 0 and 0 -> 1. The teacher moves op 0

@@ -62,7 +62,8 @@ class TrainConfig:
     iterations: int = 200  # policy-gradient updates (0: the initial weights are the checkpoint)
     imitation: int = 0  # construct agent: updates imitating the best heuristic's placements first
     teacher: TeacherKind = "best"  # construct agent: what it imitates; "searched": the best
-    #   heuristic improved by one pass of local search with random proposals (`stages.teachers`)
+    #   heuristic improved by local search with random proposals (`stages.teachers`)
+    teacher_passes: int = 1  # construct agent, teacher "searched": the search's passes
     temperature: float = 1.0  # construct agent: of the episodes sampled by the `iterations`
     #   self-imitation updates (each graph's best placement so far imitated)
     episodes: int = 64  # parallel episodes per update, spread evenly over its graphs
@@ -292,6 +293,16 @@ def validate(config: Config) -> None:
             "train.teacher",
             config.agent == "construct" or config.train.teacher == "best",
             "is for agent=construct (the paper agent imitates nothing)",
+        ),
+        (
+            "train.teacher_passes",
+            1 <= config.train.teacher_passes <= MAX_ITERATIONS,
+            f"must be in [1, {MAX_ITERATIONS:,}]",
+        ),
+        (
+            "train.teacher_passes",
+            config.train.teacher == "searched" or config.train.teacher_passes == 1,
+            "is for train.teacher=searched (the best heuristic is not searched)",
         ),
         ("train.episodes", config.train.episodes >= 1, "must be >= 1"),
         ("train.graphs_per_update", config.train.graphs_per_update >= 0, "must be >= 0"),

@@ -101,7 +101,9 @@ def train(
     config = make_config(preset, list(overrides), n_devices=cluster.n_devices,
                          cluster_preset=cluster.name, seed=seed)  # fmt: skip
     if config.agent == "construct":
-        taught = teachers(named, cluster, config.seed, config.train.teacher)
+        taught = teachers(
+            named, cluster, config.seed, config.train.teacher, config.train.teacher_passes
+        )
         state = construct_loop.train_in(config, named, cluster, workdir, taught, progress)
         return Policy(config, state.params)
     prepared = [prepare(n, g, config.run.group_target, cluster.delta1) for n, g in named]

@@ -284,7 +284,9 @@ def _train_construct(args: argparse.Namespace, config, graphs, workdir: str) -> 
         raise ValueError("the construct agent trains in one process, from no start")
     named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs]
     cluster = cluster_of(config)
-    taught = teachers(named, cluster, config.seed, config.train.teacher)
+    taught = teachers(
+        named, cluster, config.seed, config.train.teacher, config.train.teacher_passes
+    )
     state = construct_loop.train_in(config, named, cluster, workdir, taught, not args.no_progress)
     own = place_many(named, cluster, PIPELINES["sampled"], Policy(config, state.params),
                      jax.random.key(args.seed), compare=not args.no_heuristics,

@@ -46,7 +46,9 @@ def train_construct(
 ) -> tuple[Policy, int]:
     """A construct policy trained on the op graphs `named` in `workdir` (resumed if there), and
     the simulations its run spends: teachers, self-imitation and greedy evaluations."""
-    taught = teachers(named, cluster, config.seed, config.train.teacher)
+    taught = teachers(
+        named, cluster, config.seed, config.train.teacher, config.train.teacher_passes
+    )
     state = train_in(config, named, cluster, workdir, taught, progress)
     spent = sum(t.evaluations for t in taught) + training_simulations(config, len(named))
     return Policy(config, state.params), spent

@@ -26,24 +26,33 @@ def best_teacher(graph: Graph, cluster: Cluster, key: jax.Array) -> list[PlacerR
 
 
 def searched_from(
-    graph: Graph, cluster: Cluster, start: PlacerResult, key: jax.Array, units: Units | None = None
+    graph: Graph,
+    cluster: Cluster,
+    start: PlacerResult,
+    key: jax.Array,
+    units: Units | None = None,
+    passes: int = 1,
 ) -> Searched:
-    """`start` improved by one pass of local search over `units` (default: the op graph's
-    co-location classes, `Units.of_ops`), each proposed a uniformly random device drawn from
-    `key` (`placers.guided`)."""
+    """`start` improved by `passes` passes of local search over `units` (default: the op
+    graph's co-location classes, `Units.of_ops`), each unit proposed a uniformly random device
+    per pass drawn from `key` (`placers.guided`)."""
     units = Units.of_ops(graph) if units is None else units
-    proposals = jax.random.randint(key, (1, len(units.order)), 0, cluster.n_devices)
+    proposals = jax.random.randint(key, (passes, len(units.order)), 0, cluster.n_devices)
     current = Searched(start.placement, start.makespan, start.peak_memory, start.fits_memory,
                        start.overflow)  # fmt: skip
     return guided_search(graph, cluster, units, current, np.asarray(proposals))
 
 
 def teachers(
-    named: list[tuple[str, Graph]], cluster: Cluster, seed: int, kind: str = "best"
+    named: list[tuple[str, Graph]],
+    cluster: Cluster,
+    seed: int,
+    kind: str = "best",
+    passes: int = 1,
 ) -> list[Teacher]:
-    """Each op graph's best of `TEACHERS`, drawn with key `seed` (improved by `searched_from`
-    for `kind` "searched", the best heuristic then its declared start), with the simulations
-    that chose it (each method's own, one scoring it, and the search's)."""
+    """Each op graph's best of `TEACHERS`, drawn with key `seed` (improved by `passes` passes
+    of `searched_from` for `kind` "searched", the best heuristic then its declared start), with
+    the simulations that chose it (each method's own, one scoring it, and the search's)."""
     out = []
     for _, graph in named:
         key = jax.random.key(seed)
@@ -52,7 +61,7 @@ def teachers(
         if kind == "best":
             out.append(Teacher(best.placement, best.makespan, spent))
             continue
-        found = searched_from(graph, cluster, best, jax.random.fold_in(key, 1))
+        found = searched_from(graph, cluster, best, jax.random.fold_in(key, 1), passes=passes)
         out.append(Teacher(found.placement, found.makespan, spent + found.evaluations,
                            start=best.placement))  # fmt: skip
     return out
