@@ -69,7 +69,7 @@ def named_cases(specs: str, n_devices: int) -> list[Case]:
             graph = zoo_op_graph(spec.removeprefix("zoo-ops:"))[0]
         else:
             graph = resolve_graph(spec)
-        cases.append(Case(spec, "operator", graph, cluster, None, "none"))
+        cases.append(Case(spec, "operator, unknown", graph, cluster, None, "none"))
     return cases
 
 

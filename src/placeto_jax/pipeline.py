@@ -43,7 +43,7 @@ from placeto_jax.rl.train import make_train
 from placeto_jax.sim.ranking import rank_key
 from placeto_jax.stages.policy_search import search_placements, squeeze_placements
 from placeto_jax.stages.starts import STARTS, check_start, started
-from placeto_jax.stages.teachers import best_teacher, teachers
+from placeto_jax.stages.teachers import best_teacher, config_teachers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,9 +101,7 @@ def train(
     config = make_config(preset, list(overrides), n_devices=cluster.n_devices,
                          cluster_preset=cluster.name, seed=seed)  # fmt: skip
     if config.agent == "construct":
-        taught = teachers(
-            named, cluster, config.seed, config.train.teacher, config.train.teacher_passes
-        )
+        taught = config_teachers(config, named, cluster)
         state = construct_loop.train_in(config, named, cluster, workdir, taught, progress)
         return Policy(config, state.params)
     prepared = [prepare(n, g, config.run.group_target, cluster.delta1) for n, g in named]

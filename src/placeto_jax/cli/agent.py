@@ -64,7 +64,7 @@ from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, tr
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.stages.policy_search import squeezed_method
 from placeto_jax.stages.starts import STARTS, check_start
-from placeto_jax.stages.teachers import teachers
+from placeto_jax.stages.teachers import config_teachers
 
 CHECKPOINT_CLUSTER = "the checkpoint's"
 
@@ -284,9 +284,7 @@ def _train_construct(args: argparse.Namespace, config, graphs, workdir: str) -> 
         raise ValueError("the construct agent trains in one process, from no start")
     named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs]
     cluster = cluster_of(config)
-    taught = teachers(
-        named, cluster, config.seed, config.train.teacher, config.train.teacher_passes
-    )
+    taught = config_teachers(config, named, cluster)
     state = construct_loop.train_in(config, named, cluster, workdir, taught, not args.no_progress)
     own = place_many(named, cluster, PIPELINES["sampled"], Policy(config, state.params),
                      jax.random.key(args.seed), compare=not args.no_heuristics,

@@ -16,7 +16,7 @@ from placeto_jax.config import PIPELINES, Config, make_config
 from placeto_jax.graphs.core import Graph
 from placeto_jax.pipeline import Placed, Policy, place_many
 from placeto_jax.rl.construct_loop import train_in
-from placeto_jax.stages.teachers import teachers
+from placeto_jax.stages.teachers import config_teachers
 
 
 def construct_config(overrides: Sequence[str], devices: int, cluster: str, seed: int) -> Config:
@@ -46,9 +46,7 @@ def train_construct(
 ) -> tuple[Policy, int]:
     """A construct policy trained on the op graphs `named` in `workdir` (resumed if there), and
     the simulations its run spends: teachers, self-imitation and greedy evaluations."""
-    taught = teachers(
-        named, cluster, config.seed, config.train.teacher, config.train.teacher_passes
-    )
+    taught = config_teachers(config, named, cluster)
     state = train_in(config, named, cluster, workdir, taught, progress)
     spent = sum(t.evaluations for t in taught) + training_simulations(config, len(named))
     return Policy(config, state.params), spent

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 
 from placeto_jax.cluster import Cluster
+from placeto_jax.config import Config
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import PlacerResult, fastest_fitting, run_method, simulations
 from placeto_jax.placers.guided import Searched, Units, guided_search
@@ -65,3 +66,10 @@ def teachers(
         out.append(Teacher(found.placement, found.makespan, spent + found.evaluations,
                            start=best.placement))  # fmt: skip
     return out
+
+
+def config_teachers(config: Config, named: list[tuple[str, Graph]], cluster: Cluster):
+    """`teachers` as a run of `config` draws them (its seed, `train.teacher` and
+    `train.teacher_passes`)."""
+    train = config.train
+    return teachers(named, cluster, config.seed, train.teacher, train.teacher_passes)
