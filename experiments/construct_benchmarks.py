@@ -43,11 +43,11 @@ LABELS = ("policy", "per_graph", "untrained", "uniform")
 
 def family_policy(args) -> Policy:
     """The policy in `--checkpoint`, or one trained on the first `--train` graphs of each
-    family's train split (4 placeto-k80s)."""
+    family's train split (`--train-devices` placeto-k80s)."""
     if args.checkpoint:
         return Policy.load(args.checkpoint)
-    cluster = Cluster.preset("placeto-k80", 4)
-    config = make_config("construct", args.set, n_devices=4)
+    cluster = Cluster.preset("placeto-k80", args.train_devices)
+    config = make_config("construct", args.set, n_devices=args.train_devices)
     named = [
         (f"family:{f}/{i}", resolve_graph(f"family:{f}/{i}"))
         for f in args.families.split(",")
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(ROOT.parent / "shared/benchmarks/msr-fiddle"))
     parser.add_argument("--families", default="cifar10,ptb,nmt")
     parser.add_argument("--train", type=int, default=24, help="train graphs per family")
+    parser.add_argument("--train-devices", type=int, default=4, help="placeto-k80s to train on")
     parser.add_argument("--set", action="append", default=[], help="config KEY=VALUE")
     parser.add_argument("--checkpoint", default=None, help="place with this trained run")
     parser.add_argument("--workdir", default=None, help="default: a new temporary folder")

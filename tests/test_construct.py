@@ -4,6 +4,7 @@ device equivariance, and placing (evaluations, exact scores)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import chex
@@ -23,7 +24,13 @@ from placeto_jax.placers.guided import Units
 from placeto_jax.placers.timeline import Timeline
 from placeto_jax.rl import construct_loop as loop
 from placeto_jax.sim.api import simulate
-from placeto_jax.stages.teachers import best_teacher, searched_from, teachers
+from placeto_jax.stages.teachers import (
+    FALLBACK,
+    TEACHERS,
+    best_teacher,
+    searched_from,
+    teachers,
+)
 
 CLUSTER = Cluster.preset("placeto-k80", 2)  # delta1 5.7 µs, delta2 25 µs, 7,600 bytes/µs
 
@@ -342,6 +349,17 @@ def test_a_searched_teacher_of_several_passes_counts_each_and_reaches_the_chains
     assert taught.evaluations == best.evaluations + 3 * 6
     with pytest.raises(ValueError, match=r"train\.teacher_passes"):
         _config(teacher_passes=3)  # the best heuristic is not searched
+
+
+def test_the_best_teacher_falls_back_to_fit_fastest_only_when_nothing_fits():
+    graph, key = _two_chains(), jax.random.key(0)
+    ran = best_teacher(graph, CLUSTER, key)  # 8e5 bytes per op: 12 GB devices hold it all
+    assert sorted(r.method for r in ran) == sorted(TEACHERS)
+    assert ran[0].makespan == min(r.makespan for r in ran)
+    tiny = dataclasses.replace(CLUSTER, memory=1e5)  # under one op's output: nothing fits
+    ran = best_teacher(graph, tiny, key)
+    assert sorted(r.method for r in ran) == sorted((*TEACHERS, FALLBACK))
+    assert not any(r.fits_memory for r in ran)
 
 
 def test_a_teacher_and_its_declared_start_are_renamed_alike():

@@ -17,11 +17,16 @@ from placeto_jax.rl.construct_loop import Teacher
 
 TEACHERS = ("metis", "heft", "critical-path", "m-etf", "m-sct")  # the fast heuristics that
 # finish in seconds on 5,000 ops (fit-fastest and m-topo never won a family graph)
+FALLBACK = "fit-fastest"  # memory-aware, one simulated batch per op: run only when no method
+# of `TEACHERS` fits memory
 
 
 def best_teacher(graph: Graph, cluster: Cluster, key: jax.Array) -> list[PlacerResult]:
-    """Every method of `TEACHERS` on `graph`, the fastest (`fastest_fitting`) first."""
+    """Every method of `TEACHERS` on `graph` (and `FALLBACK` when none of them fits memory),
+    the fastest (`fastest_fitting`) first."""
     results = [run_method(m, graph, cluster, key) for m in TEACHERS]
+    if not any(r.fits_memory for r in results):
+        results.append(run_method(FALLBACK, graph, cluster, key))
     best = fastest_fitting(results)
     return [best, *(r for r in results if r is not best)]
 
