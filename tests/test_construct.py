@@ -360,6 +360,8 @@ def test_the_best_teacher_falls_back_to_fit_fastest_only_when_nothing_fits():
     ran = best_teacher(graph, tiny, key)
     assert sorted(r.method for r in ran) == sorted((*TEACHERS, FALLBACK))
     assert not any(r.fits_memory for r in ran)
+    again = best_teacher(graph, tiny, key, ran)  # every method already run: none runs again
+    assert all(any(r is s for s in ran) for r in again) and again[0] is ran[0]
 
 
 def test_a_teacher_and_its_declared_start_are_renamed_alike():

@@ -287,9 +287,11 @@ def train_text(
     against = "and the best fast heuristic " if _compared(own) else ""
     if config.agent == "construct":
         updates = config.train.imitation + config.train.iterations
-        teacher = "the best heuristic" + (
-            " improved by a search pass" if config.train.teacher == "searched" else ""
+        passes = config.train.teacher_passes
+        searched = (
+            " improved by a search pass" if passes == 1 else f" improved by {passes} search passes"
         )
+        teacher = "the best heuristic" + (searched if config.train.teacher == "searched" else "")
         return "\n".join([
             f"after {updates} updates ({config.train.imitation} imitating {teacher}, "
             f"{config.train.iterations} self-imitation), on each graph: the policy's own "

@@ -1,9 +1,11 @@
 """What the construct agent imitates first, and the hint it may observe: the best of a few fast
-heuristics on each op graph, or that placement improved by one pass of local search
+heuristics on each op graph, or that placement improved by passes of local search
 (`train.teacher` "searched"; `rl/construct_loop.py` takes them as given: the agent does not
 import the placers)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -21,12 +23,20 @@ FALLBACK = "fit-fastest"  # memory-aware, one simulated batch per op: run only w
 # of `TEACHERS` fits memory
 
 
-def best_teacher(graph: Graph, cluster: Cluster, key: jax.Array) -> list[PlacerResult]:
+def best_teacher(
+    graph: Graph, cluster: Cluster, key: jax.Array, ran: Sequence[PlacerResult] = ()
+) -> list[PlacerResult]:
     """Every method of `TEACHERS` on `graph` (and `FALLBACK` when none of them fits memory),
-    the fastest (`fastest_fitting`) first."""
-    results = [run_method(m, graph, cluster, key) for m in TEACHERS]
+    the fastest (`fastest_fitting`) first; a method already in `ran` (run with `key`) is not
+    run again."""
+    done = {r.method: r for r in ran}
+
+    def result(method: str) -> PlacerResult:
+        return done[method] if method in done else run_method(method, graph, cluster, key)
+
+    results = [result(m) for m in TEACHERS]
     if not any(r.fits_memory for r in results):
-        results.append(run_method(FALLBACK, graph, cluster, key))
+        results.append(result(FALLBACK))
     best = fastest_fitting(results)
     return [best, *(r for r in results if r is not best)]
 
