@@ -22,6 +22,7 @@ from pathlib import Path
 
 import jax
 
+from bench_wide import graph_of
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import PIPELINES, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph
@@ -58,19 +59,12 @@ def family_policy(args) -> Policy:
 
 
 def named_cases(specs: str, n_devices: int) -> list[Case]:
-    """The graphs `specs` (comma-separated registry names, graph files or `zoo-ops:MODEL`) on
-    `n_devices` placeto-k80s."""
+    """The graphs `specs` (comma-separated registry names, graph files or
+    `zoo-ops:MODEL[:SIZE=VALUE,...]`, as `bench_wide.graph_of` reads them) on `n_devices`
+    placeto-k80s."""
     cluster = Cluster.preset("placeto-k80", n_devices)
-    cases = []
-    for spec in specs.split(","):
-        if spec.startswith("zoo-ops:"):
-            from placeto_jax.graphs.zoo import zoo_op_graph  # traces the model (Flax)
-
-            graph = zoo_op_graph(spec.removeprefix("zoo-ops:"))[0]
-        else:
-            graph = resolve_graph(spec)
-        cases.append(Case(spec, "operator, unknown", graph, cluster, None, "none"))
-    return cases
+    return [Case(spec, "operator, unknown", graph_of(spec), cluster, None, "none")
+            for spec in specs.split(",")]  # fmt: skip
 
 
 def per_graph_policy(args, name: str, graph, cluster: Cluster) -> tuple[Policy, float]:
