@@ -22,6 +22,7 @@ from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import PlacerResult
 from placeto_jax.placers.guided import Units
 from placeto_jax.placers.timeline import Timeline
+from placeto_jax.rl import construct as device
 from placeto_jax.rl import construct_loop as loop
 from placeto_jax.sim.api import simulate
 from placeto_jax.stages.teachers import (
@@ -127,7 +128,7 @@ def _episodes(graph, cluster, choose_fn, n=1):
 def test_a_co_location_class_is_one_decision_and_its_members_follow_the_leader():
     graph = _colocated()
 
-    def last_device(t, features, allowed, key):  # always the highest allowed device
+    def last_device(t, features, allowed, noise):  # always the highest allowed device
         return jnp.max(jnp.where(allowed, jnp.arange(allowed.shape[0]), -1))
 
     built, out = _episodes(graph, CLUSTER, last_device)
@@ -143,7 +144,7 @@ def test_a_device_without_room_is_not_allowed_unless_none_has_room():
     cluster = Cluster.preset("placeto-k80", 2, memory=(20e3, 1e9))
     graph = Graph.from_edges(cost=[10.0, 10.0], out_bytes=[15e3, 15e3], edges=[(0, 1)])
 
-    def first_allowed(t, features, allowed, key):
+    def first_allowed(t, features, allowed, noise):
         return jnp.argmax(allowed)
 
     _, out = _episodes(graph, cluster, first_allowed)
@@ -162,7 +163,7 @@ def test_memory_freed_by_the_simulator_is_not_held_against_a_device():
     graph = Graph.from_edges(cost=[10.0] * 3, out_bytes=[8e3] * 3, edges=np.zeros((0, 2), int),
                              param_bytes=[4e3] * 3)  # fmt: skip
 
-    def first_allowed(t, features, allowed, key):
+    def first_allowed(t, features, allowed, noise):
         return jnp.argmax(allowed)
 
     built, out = _episodes(graph, cluster, first_allowed)
@@ -192,6 +193,25 @@ def test_the_policy_is_equivariant_under_renaming_devices():
     permuted = learner.logits(params, embedding, features[jnp.array([2, 0, 1])], allowed)
     np.testing.assert_allclose(permuted, logits[jnp.array([2, 0, 1])], rtol=1e-5, atol=1e-6)
     assert float(logits.max() - logits.min()) > 1e-3
+
+
+def test_a_drawn_step_is_the_draw_of_jax_random_categorical():
+    """The noise drawn before the scan gives, at each position t, the device that
+    `jax.random.categorical(fold_in(key, t), ...)` draws (the reference), for the policy's
+    draws at a temperature and for the uniform control over the allowed devices."""
+    key = jax.random.key(3)
+    logits = jnp.asarray([0.3, -1.2, 2.0, device.MASKED])  # device 3 not allowed
+    noise = env.gumbel_noise(key, 64, 4)
+    for mode, reference in (
+        ("sample", logits / 0.6),
+        ("uniform", jnp.where(logits > device.MASKED / 2, 0.0, device.MASKED)),
+    ):
+        drawn = [int(device.choose(mode, logits, noise[t], 0.6)) for t in range(64)]
+        expected = [
+            int(jax.random.categorical(jax.random.fold_in(key, t), reference)) for t in range(64)
+        ]
+        assert drawn == expected
+        assert 3 not in drawn and len(set(drawn)) > 1  # never the masked device; not constant
 
 
 def test_episodes_are_scored_by_exact_simulation_and_keep_co_location():

@@ -222,7 +222,17 @@ def commit(
 
 
 Chooser = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
-"""(t, features [D, F], allowed [D], key) -> device: the policy's (or a teacher's) choice."""
+"""(t, features [D, F], allowed [D], noise [D]) -> device: the policy's (or a teacher's) choice,
+`noise` being position t's standard Gumbel noise (a draw is the argmax of logits plus it)."""
+
+
+def gumbel_noise(key: jax.Array, n_pad: int, n_devices: int) -> jax.Array:
+    """[Np, D] float32 standard Gumbel noise, position t's from `fold_in(key, t)` (so it does not
+    depend on the padding): the draws `jax.random.categorical(fold_in(key, t), logits)` makes,
+    drawn for every position at once instead of in each step of the scan, where on a CPU they
+    cost most of a sampled episode."""
+    keys = jax.vmap(lambda t: jax.random.fold_in(key, t))(jnp.arange(n_pad))
+    return jax.vmap(lambda k: jax.random.gumbel(k, (n_devices,), jnp.float32))(keys)
 
 
 def rollout(g: GraphArrays, m: Machine, choose: Chooser, key: jax.Array) -> Trajectory:
@@ -232,16 +242,16 @@ def rollout(g: GraphArrays, m: Machine, choose: Chooser, key: jax.Array) -> Traj
     positions = jnp.arange(n_pad)
 
     def step(s: Schedule, xs):
-        t, step_key = xs
+        t, noise = xs
         seen = look(g, m, s, t)
         decides = (g.leader[t] == t) & g.real[t]
-        chosen = choose(t, seen.features, seen.allowed, step_key)
+        chosen = choose(t, seen.features, seen.allowed, noise)
         device = jnp.where(decides, chosen, s.device[g.leader[t]]).astype(jnp.int32)
         return commit(g, m, s, t, seen, device), (seen.features, seen.allowed, decides)
 
-    keys = jax.vmap(lambda t: jax.random.fold_in(key, t))(positions)  # padding-independent
+    noise = gumbel_noise(key, n_pad, m.speed.shape[0])
     final, (features, allowed, decision) = jax.lax.scan(
-        step, Schedule.empty(n_pad, m.speed.shape[0]), (positions, keys)
+        step, Schedule.empty(n_pad, m.speed.shape[0]), (positions, noise)
     )
     return Trajectory(final.device, features, allowed, decision)
 

@@ -52,15 +52,17 @@ class Learner:
         return jnp.where(allowed, scores, MASKED)
 
 
-def choose(mode: str, logits: jax.Array, key: jax.Array, temperature: float) -> jax.Array:
+def choose(mode: str, logits: jax.Array, noise: jax.Array, temperature: float) -> jax.Array:
     """A device from masked logits [D]: argmax (`greedy`), a draw at `temperature`
-    (`sample`) or a uniform draw over the allowed devices (`uniform`)."""
+    (`sample`) or a uniform draw over the allowed devices (`uniform`); a draw is the argmax of
+    the logits plus the step's Gumbel noise [D] (the Gumbel-max trick, as
+    `jax.random.categorical` draws)."""
     if mode == "greedy":
         return jnp.argmax(logits)
     if mode == "uniform":
         logits = jnp.where(logits > MASKED / 2, 0.0, MASKED)
-        return jax.random.categorical(key, logits)
-    return jax.random.categorical(key, logits / temperature)
+        return jnp.argmax(noise + logits)
+    return jnp.argmax(noise + logits / temperature)
 
 
 @functools.partial(jax.jit, static_argnames=("learner", "mode", "n_episodes"))
@@ -85,11 +87,11 @@ def episodes(
         g = bank.at(index)
         embedding = learner.embed(params, g)
 
-        def chooser(t, features, allowed, step_key):
+        def chooser(t, features, allowed, noise):
             if mode == "teacher":
                 return forced[t]
             return choose(mode, learner.logits(params, embedding[t], features, allowed),
-                          step_key, temperature)  # fmt: skip
+                          noise, temperature)  # fmt: skip
 
         keys = jax.random.split(graph_key, n_episodes)
         return jax.vmap(lambda k: rollout(g, machine, chooser, k))(keys)
