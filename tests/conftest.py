@@ -15,7 +15,10 @@ bit-equality checks against the reference with the code users get (the default l
 `xla_backend_optimization_level` itself is left as it is.
 """
 
+import importlib.util
 import os
+from pathlib import Path
+from types import ModuleType
 
 OPTIMIZATION_FLAG = "--xla_backend_optimization_level"
 
@@ -57,3 +60,17 @@ def _native_param():
 # The native CPU kernel as a `loop` parameter, skipped where it is not built (a machine without a
 # C++ compiler; test_sim_native.py fails if one exists and the kernel is missing).
 NATIVE = _native_param()
+
+
+EXPERIMENTS = Path(__file__).parents[1] / "experiments"
+
+
+def experiment(name: str, monkeypatch: pytest.MonkeyPatch | None = None) -> ModuleType:
+    """experiments/NAME.py as a module. With `monkeypatch`, the experiments folder is on the
+    path for the test, for scripts that import their neighbours by name (as when run)."""
+    if monkeypatch is not None:
+        monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

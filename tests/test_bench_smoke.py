@@ -4,7 +4,6 @@ not asserted)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import experiment
 from placeto_jax.sim import native
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "bench_simulator.py"
@@ -34,22 +34,6 @@ ROW_KEYS = {
 MACHINE_KEYS = {"platform", "cpu_count", "jax", "jaxlib", "git_commit"}
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_simulator", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_gpu_bench(monkeypatch):
-    """bench_gpu.py as a module (it imports its neighbours by name, as when run as a script)."""
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("bench_gpu", GPU_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def assert_valid_row(row: dict) -> None:
     assert row.keys() >= ROW_KEYS, row
     assert row["repeats"] >= 2
@@ -60,7 +44,7 @@ def assert_valid_row(row: dict) -> None:
 
 def test_run_one_in_process():
     """One configuration in this process, in float64 (exact against the reference)."""
-    bench = load_bench()
+    bench = experiment("bench_simulator")
     x64 = 1
     row = bench.run_one(20, 2, n_devices=3, x64=x64, min_time=0.01)
     assert_valid_row(row)
@@ -77,7 +61,7 @@ def test_run_one_in_process():
 
 
 def test_write_json_is_atomic(tmp_path):
-    bench = load_bench()
+    bench = experiment("bench_simulator")
     out = tmp_path / "a" / "b.json"
     bench.write_json(out, {"x": 1})
     assert json.loads(out.read_text()) == {"x": 1}
@@ -117,7 +101,7 @@ def test_script_end_to_end(tmp_path):
 
 
 def test_floors_summary_reports_each_variant():
-    bench = load_bench()
+    bench = experiment("bench_simulator")
     reference = {500: {"placements_per_cpu_s": 100.0}, 2000: {"placements_per_cpu_s": 20.0}}
     rows = [
         {
@@ -144,7 +128,7 @@ def test_floors_summary_reports_each_variant():
 
 
 def test_scaling_and_memory_summaries():
-    bench = load_bench()
+    bench = experiment("bench_simulator")
     rows = [
         {"n_ops": 250, "batch": 256, "dtype": "float32", "cores": "1", "placements_per_cpu_s": 900},
         {
@@ -189,7 +173,7 @@ def test_gpu_bench_quick_on_cpu(tmp_path):
 
 
 def test_gpu_table_and_aims(monkeypatch):
-    gpu = load_gpu_bench(monkeypatch)
+    gpu = experiment("bench_gpu", monkeypatch)
     rows = [
         {"n_ops": 100, "batch": 1024, "placements_per_s": 400_000.0, "first_call_s": 2.04},
         {"n_ops": 100, "batch": 16384, "placements_per_s": 1_250_000.0, "first_call_s": 3.0},
@@ -213,7 +197,7 @@ def test_gpu_table_and_aims(monkeypatch):
 def test_gpu_bench_real_graph_rows_are_checked_against_the_reference(monkeypatch):
     """A real graph's rows (here on CPU): float64 bit-equal to the reference, float32 within
     0.1% of its makespans; a start moved by 1 µs, or a makespan by 1%, fails the check."""
-    gpu = load_gpu_bench(monkeypatch)
+    gpu = experiment("bench_gpu", monkeypatch)
     graph = gpu.graph_of("family:cifar10/24")  # about 440 ops, traced by this JAX
     rows = gpu.real_graph_rows("family:cifar10/24", [(4, "float32"), (2, "float64")], 0.0)
     assert [(r["dtype"], r["n_ops"], r["batch"], r["loop"]) for r in rows] == [
@@ -233,7 +217,7 @@ def test_gpu_bench_real_graph_rows_are_checked_against_the_reference(monkeypatch
 
 
 def test_gpu_real_table_and_budget(monkeypatch, tmp_path):
-    gpu = load_gpu_bench(monkeypatch)
+    gpu = experiment("bench_gpu", monkeypatch)
     row = {"graph": "family:nmt/24", "n_ops": 4246, "n_edges": 5792, "chain_slots": 648,
            "loop": "wide", "batch": 4096, "dtype": "float64", "placements_per_s": 5827.4,
            "first_call_s": 3.46, "reference_per_s": 12.0, "matches_reference": True}  # fmt: skip
@@ -268,16 +252,8 @@ def test_gpu_real_table_and_budget(monkeypatch, tmp_path):
         gpu.main(["--quick", "--budget-s", "0"])
 
 
-def load_wide_bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("bench_wide", SCRIPT.with_name("bench_wide.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_wide_bench_measures_both_loops_and_the_reference(monkeypatch, tmp_path):
-    bench = load_wide_bench(monkeypatch)
+    bench = experiment("bench_wide", monkeypatch)
     out = tmp_path / "wide.json"
     assert (
         bench.main(["--graphs", "layered:40", "--batch", "4", "--repeats", "1", "--out", str(out)])
@@ -292,7 +268,7 @@ def test_wide_bench_measures_both_loops_and_the_reference(monkeypatch, tmp_path)
 
 
 def test_wide_bench_target_line(monkeypatch):
-    bench = load_wide_bench(monkeypatch)
+    bench = experiment("bench_wide", monkeypatch)
     rows = [
         {"graph": "family:nmt/24", "n_ops": 4384, "simulate_per_cpu_s": 310.0},
         {"graph": "x.json", "n_ops": 1200, "simulate_per_cpu_s": 290.0},
@@ -308,7 +284,7 @@ def test_wide_bench_target_line(monkeypatch):
 
 
 def test_wide_bench_growth_line(monkeypatch):
-    bench = load_wide_bench(monkeypatch)
+    bench = experiment("bench_wide", monkeypatch)
     small, large = bench.BERT[0], bench.BERT[-1]
     rows = [
         {"graph": small, "n_ops": 1000, "simulate_per_cpu_s": 100.0},

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from conftest import experiment
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import make_config
 from placeto_jax.graphs.core import Graph
 from placeto_jax.rl import construct_loop as loop
 from placeto_jax.stages.teachers import teachers
-
-SCRIPT = Path(__file__).parents[1] / "experiments" / "construct_benchmarks.py"
 
 
 def _operator_file(path: Path) -> None:
@@ -31,20 +29,11 @@ def _operator_file(path: Path) -> None:
     path.write_text(json.dumps(doc))
 
 
-def _script(monkeypatch):
-    """construct_benchmarks.py as a module (it imports its neighbours by name, as a script)."""
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("construct_benchmarks", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_an_untrained_checkpoint_places_like_its_control_on_another_device_count(
     tmp_path, monkeypatch
 ):
-    module = _script(monkeypatch)
+    module = experiment("construct_benchmarks", monkeypatch)
     _operator_file(tmp_path / "data" / "throughput-inputs" / "OperatorGraphs" / "fork.json")
     config = make_config("construct", ["train.imitation=0"], n_devices=2)  # no update at all
     named = [("chain", Graph.from_edges(cost=[1.0, 2.0], out_bytes=[8, 8], edges=[(0, 1)]))]
@@ -65,7 +54,7 @@ def test_an_untrained_checkpoint_places_like_its_control_on_another_device_count
 
 @pytest.mark.slow
 def test_named_graphs_are_placed_on_the_devices_asked_for(tmp_path, monkeypatch):
-    module = _script(monkeypatch)
+    module = experiment("construct_benchmarks", monkeypatch)
     config = make_config("construct", ["train.imitation=0"], n_devices=2)
     named = [("chain", Graph.from_edges(cost=[1.0, 2.0], out_bytes=[8, 8], edges=[(0, 1)]))]
     cluster = Cluster.preset("placeto-k80", 2)

@@ -3,7 +3,6 @@ measured (recorded, or honestly labelled not recorded), deterministically."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -12,16 +11,10 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[1] / "experiments" / "results_doc.py"
+from conftest import experiment
+
 SHA = "0123456789abcdef0123456789abcdef01234567"
 DATE = "2024-01-02"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("results_doc", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _git(root: Path, *argv: str) -> str:
@@ -52,7 +45,7 @@ def test_lists_both_files_with_their_commits(tmp_path):
     _git(tmp_path, "add", "results")
     _git(tmp_path, "commit", "-q", "-m", "results")
     short = _git(tmp_path, "rev-parse", "--short", "HEAD")
-    text = _module().render(results, tmp_path / "docs" / "results.md")
+    text = experiment("results_doc").render(results, tmp_path / "docs" / "results.md")
     section = text[text.index("## results/alpha/") :]
     assert section.splitlines() == [
         "## results/alpha/",
@@ -70,7 +63,7 @@ def test_lists_both_files_with_their_commits(tmp_path):
 
 def test_uncommitted_file_and_deterministic_output(tmp_path):
     results = _results(tmp_path)  # no git repository around it
-    module = _module()
+    module = experiment("results_doc")
     out = tmp_path / "docs" / "results.md"
     assert module.main(["--results", str(results), "--out", str(out)]) == 0
     first = out.read_bytes()

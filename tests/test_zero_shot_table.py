@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[1] / "experiments" / "zero_shot_table.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("zero_shot_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import experiment
 
 
 def _entry(graph: str, placeto_us: float, heuristic_us: float) -> dict:
@@ -31,7 +22,7 @@ def test_ratios_geometric_means_and_the_verdict(tmp_path, capsys):
     (tmp_path / "b.json").write_text(json.dumps(other))
     out = tmp_path / "table.json"
     argv = [f"x={tmp_path / 'a.json'}", f"x={tmp_path / 'b.json'}", "--out", str(out)]
-    assert _module().main(argv) == 0
+    assert experiment("zero_shot_table").main(argv) == 0
     summary = {s["family"]: s for s in json.loads(out.read_text())["summary"]}
     assert summary["family:ptb"]["geomean"] == pytest.approx(1.0)
     assert summary["family:ptb"]["max"] == pytest.approx(1.25)
@@ -51,7 +42,7 @@ def test_the_item_is_met_only_on_all_eight_test_graphs(tmp_path, capsys):
     doc.append(_entry("family:nmt/31", 1040, 1000))
     (tmp_path / "a.json").write_text(json.dumps(doc))
     out = tmp_path / "table.json"
-    assert _module().main([f"x={tmp_path / 'a.json'}", "--out", str(out)]) == 0
+    assert experiment("zero_shot_table").main([f"x={tmp_path / 'a.json'}", "--out", str(out)]) == 0
     (total,) = json.loads(out.read_text())["summary"]
     assert total["geomean"] == pytest.approx(0.9**0.875 * 1.04**0.125)
     assert total["graphs"] == 8 and total["met"]
@@ -62,7 +53,7 @@ def test_an_eval_without_heuristics_is_named():
     entry = _entry("family:ptb/24", 800, 1000)
     entry["best_heuristic"] = None
     with pytest.raises(ValueError, match="family:ptb/24: the eval ran with --no-heuristics"):
-        _module().rows_of("x", [entry])
+        experiment("zero_shot_table").rows_of("x", [entry])
 
 
 def test_the_plot_draws_one_bar_per_graph_and_variant_and_both_bounds(tmp_path):
@@ -71,7 +62,7 @@ def test_the_plot_draws_one_bar_per_graph_and_variant_and_both_bounds(tmp_path):
 
     from placeto_jax.plotting import draw_ratio_bars
 
-    module = _module()
+    module = experiment("zero_shot_table")
     rows = module.rows_of("plain", [_entry("family:ptb/24", 800, 1000),
                                     _entry("family:ptb/25", 2500, 2000)])  # fmt: skip
     rows += module.rows_of("polish", [_entry("family:ptb/25", 1800, 2000)])
