@@ -70,7 +70,8 @@ def named_cases(specs: str, n_devices: int) -> list[Case]:
 def per_graph_policy(args, name: str, graph, cluster: Cluster) -> tuple[Policy, float]:
     """A policy trained on `graph` alone, and its training seconds."""
     began = time.perf_counter()
-    config = make_config("construct", args.per_graph_set, n_devices=cluster.n_devices)
+    config = make_config("construct", args.per_graph_set, n_devices=cluster.n_devices,
+                         cluster_preset=cluster.preset_name())  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="construct-graph-") as workdir:
         policy, _ = train_construct(config, [(name, graph)], cluster, workdir)
     return policy, time.perf_counter() - began

@@ -222,16 +222,18 @@ def test_unreadable_placement_files(capsys, tmp_path):
 
 
 def test_bad_cluster_arguments(capsys):
+    err = _error(capsys, "simulate", "example:diamond")
+    assert err == "placeto-jax: error: simulate needs --devices (or --cluster FILE)\n"
     err = _error(capsys, "simulate", "example:diamond", "--devices", "0")
-    assert err == "placeto-jax: error: n_devices must be at least 1, got 0\n"
+    assert err == "placeto-jax: error: --devices must be at least 1, got 0\n"
     err = _error(capsys, "simulate", "example:diamond", "--devices", "2", "--cluster", "k81")
-    assert "unknown cluster preset 'k81'" in err
+    assert "unknown cluster 'k81': give a preset" in err
     err = _error(capsys, "demo", "--batch", "0")
     assert err == "placeto-jax: error: --batch must be in [1, 1,048,576], got 0\n"
 
 
 def test_usage_errors_exit_2(capsys):
-    for argv in ([], ["simulate", "example:diamond"], ["simulate", "x", "--devices", "two"]):
+    for argv in ([], ["simulate", "x", "--devices", "two"]):
         with pytest.raises(SystemExit) as info:
             cli.main(argv)
         assert info.value.code == 2

@@ -352,11 +352,11 @@ def test_a_start_file_for_other_ops_is_one_clear_line(run_dir, tmp_path, capsys)
         (["place", "example:diamond", "--checkpoint", "{tmp}/nothing"], "does not exist"),
         (
             [*PLACE_POLICY, "--cluster", "k81"],
-            "unknown cluster preset 'k81'",
+            "unknown cluster 'k81'",
         ),
         (
             ["eval", "--checkpoint", "{run}", "--graphs", "example:diamond", "--cluster", "k81"],
-            "unknown cluster preset 'k81'",
+            "unknown cluster 'k81'",
         ),
         (
             ["place", "example:diamond", "--method", "magic", "--devices", "2"],

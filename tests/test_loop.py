@@ -17,6 +17,7 @@ from placeto_jax.rl.checkpoint import (
     Checkpointer,
     Provenance,
     config_digest,
+    load_cluster,
     load_run,
     write_run,
 )
@@ -77,13 +78,16 @@ def test_a_run_from_before_a_field_existed_resumes_with_the_fields_default(finis
     workdir, _ = finished
     doc = json.loads((workdir / "run.json").read_text())
     config, _ = load_run(workdir)
+    cluster = load_cluster(workdir, config)
     del doc["config"]["agent"], doc["config"]["train"]["imitation"]  # an earlier version's
+    del doc["cluster"]  # as was every run.json before clusters were recorded
     (tmp_path / "run.json").write_text(json.dumps(doc))
-    write_run(tmp_path, config, doc["graphs"], doc["graph_digests"])  # the defaults: accepted
+    assert load_cluster(tmp_path, config) == cluster  # the config's preset
+    write_run(tmp_path, config, doc["graphs"], doc["graph_digests"], cluster)  # accepted
     episodes = config.train.episodes
     changed = apply(config, {"train.episodes": episodes + 1})  # still refused: another run
     with pytest.raises(ValueError, match=rf"train\.episodes: {episodes} there, {episodes + 1}"):
-        write_run(tmp_path, changed, doc["graphs"], doc["graph_digests"])
+        write_run(tmp_path, changed, doc["graphs"], doc["graph_digests"], cluster)
 
 
 def test_a_corrupt_run_file_or_checkpoint_is_a_clear_error(finished, tmp_path):

@@ -20,12 +20,14 @@ _HOMES = {
     "make_pipeline": "config",
     "place": "pipeline",
     "place_many": "pipeline",
+    "read_cluster": "cluster",
     "resolve_graph": "graphs",
     "save_graph": "graphs",
     "save_placement": "graphs.placements",
     "simulate": "sim.api",
     "simulate_reference": "sim.reference",
     "train": "pipeline",
+    "write_cluster": "cluster",
 }  # name -> the module (under placeto_jax) that defines it
 
 __all__ = sorted([*_HOMES, "graphs"])

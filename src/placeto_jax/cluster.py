@@ -13,14 +13,21 @@ profiled on, and bandwidth is the per-device outgoing bus of the simulator.
     v100-nvlink   3.59   16 GB   150 GB/s   4.0 µs  10 µs
     a100          4.46   80 GB   300 GB/s   3.0 µs   8 µs
     h100          15.33  80 GB   450 GB/s   3.0 µs   8 µs
+
+Your own devices: a cluster file (JSON; `read_cluster`, docs/cluster-presets.md), such as
+`{"n_devices": 4, "speed": [1, 1, 3.2, 3.2], "memory_gb": 16}`, or `Cluster(...)` in Python.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 
 import numpy as np
+
+from placeto_jax.files import atomic_write
 
 GB = 1e9  # bytes
 MAX_DEVICES = 1024  # the largest cluster a run may describe
@@ -112,6 +119,58 @@ class Cluster:
     def fastest_device(self) -> int:
         return int(np.argmax(self.speed_array))
 
+    def preset_name(self) -> str:
+        """The preset this cluster is exactly (its name), else `CUSTOM`."""
+        if self.name in PRESETS and self == Cluster.preset(self.name, self.n_devices):
+            return self.name
+        return CUSTOM
+
+    def document(self) -> dict:
+        """The cluster as a cluster file's JSON object (`from_document` reads it back)."""
+        return {
+            "name": self.name,
+            "n_devices": self.n_devices,
+            "speed": list(self.speed),
+            "memory_gb": [m / GB for m in self.memory],
+            "bandwidth_gb_per_s": [b / GBPS for b in self.bandwidth],
+            "delta1_us": self.delta1,
+            "delta2_us": self.delta2,
+            "broadcast": self.broadcast,
+        }
+
+    @classmethod
+    def from_document(cls, doc: object, source: str = "cluster") -> Cluster:
+        """A cluster from a cluster file's JSON object: `n_devices`, and optionally `preset`
+        (the values it starts from; default placeto-k80), `name`, `speed`, `memory_gb`,
+        `bandwidth_gb_per_s` (each one number or one per device), `delta1_us`, `delta2_us`,
+        `broadcast`. ValueError naming `source` and the key at fault."""
+        if not isinstance(doc, dict):
+            raise ValueError(f"{source}: a cluster is a JSON object, got {type(doc).__name__}")
+        unknown = sorted(set(doc) - set(FILE_KEYS))
+        if unknown:
+            raise ValueError(
+                f"{source}: unknown key {unknown[0]!r}; the keys are {', '.join(FILE_KEYS)}"
+            )
+        if "n_devices" not in doc:
+            raise ValueError(f"{source}: n_devices is missing (the number of devices)")
+        base = doc.get("preset", "placeto-k80")
+        if not isinstance(base, str) or base not in PRESETS:
+            raise ValueError(f"{source}: preset must be one of {', '.join(PRESETS)}, not {base!r}")
+        name = doc.get("name", base if set(doc) <= {"n_devices", "preset"} else CUSTOM)
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"{source}: name must be a non-empty string, not {name!r}")
+        values = dict(PRESETS[base])
+        for key, (field, unit) in FILE_KEYS.items():
+            if field is not None and key in doc:
+                values[field] = _scaled(doc[key], unit)
+        if "broadcast" in doc and not isinstance(doc["broadcast"], bool):
+            raise ValueError(f"{source}: broadcast must be true or false, not {doc['broadcast']!r}")
+        try:
+            return cls(n_devices=doc["n_devices"], name=name,
+                       broadcast=doc.get("broadcast", True), **values)  # fmt: skip
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
+
 
 K80_TFLOPS = 4.37
 PRESETS: dict[str, dict] = {
@@ -152,3 +211,73 @@ PRESETS: dict[str, dict] = {
         delta2=8.0,
     ),
 }
+
+
+# key of a cluster file -> (Cluster field, factor to the field's unit); None: not a field
+FILE_KEYS: dict[str, tuple[str | None, float]] = {
+    "name": (None, 1.0),
+    "preset": (None, 1.0),
+    "n_devices": (None, 1.0),
+    "speed": ("speed", 1.0),
+    "memory_gb": ("memory", GB),
+    "bandwidth_gb_per_s": ("bandwidth", GBPS),
+    "delta1_us": ("delta1", 1.0),
+    "delta2_us": ("delta2", 1.0),
+    "broadcast": (None, 1.0),
+}
+
+
+def _scaled(value: object, unit: float) -> object:
+    """`value` (one number or a list) times `unit`; anything else as it is (Cluster says why)."""
+    numbers = (int, float)
+    if isinstance(value, numbers) and not isinstance(value, bool):
+        return value * unit
+    if isinstance(value, list) and all(
+        isinstance(v, numbers) and not isinstance(v, bool) for v in value
+    ):
+        return [v * unit for v in value]
+    return value
+
+
+def read_cluster(path: str | os.PathLike) -> Cluster:
+    """The cluster in a cluster file (`Cluster.from_document`); ValueError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            doc = json.load(file)
+    except FileNotFoundError:
+        raise ValueError(f"cluster file {os.fspath(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"cluster file {os.fspath(path)!r} does not read: {err}") from None
+    return Cluster.from_document(doc, f"cluster file {os.fspath(path)!r}")
+
+
+def write_cluster(path: str | os.PathLike, cluster: Cluster) -> None:
+    """Write `cluster` as a cluster file (atomically)."""
+    with atomic_write(path) as file:
+        file.write((json.dumps(cluster.document(), indent=2) + "\n").encode())
+
+
+def is_cluster_file(spec: str) -> bool:
+    """Whether `--cluster SPEC` names a file (a .json path) rather than a preset."""
+    return spec.endswith(".json") or os.sep in spec
+
+
+def resolve_cluster(spec: str, n_devices: int | None) -> Cluster:
+    """`--cluster SPEC`: a preset on `n_devices` devices, or the cluster in file SPEC (whose
+    device count `n_devices`, when given, must match); ValueError naming the problem."""
+    if is_cluster_file(spec):
+        cluster = read_cluster(spec)
+        if n_devices is not None and n_devices != cluster.n_devices:
+            raise ValueError(
+                f"cluster file {spec!r} describes {cluster.n_devices} devices, not {n_devices}; "
+                "leave out the device count or change the file"
+            )
+        return cluster
+    if spec not in PRESETS:
+        raise ValueError(
+            f"unknown cluster {spec!r}: give a preset ({', '.join(PRESETS)}) or a cluster "
+            "file (.json)"
+        )
+    if n_devices is None:
+        raise ValueError(f"cluster preset {spec!r} needs a device count (--devices)")
+    return Cluster.preset(spec, n_devices)

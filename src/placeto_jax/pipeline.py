@@ -22,13 +22,13 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from placeto_jax.cluster import PRESETS, Cluster
+from placeto_jax.cluster import CUSTOM, Cluster, is_cluster_file, resolve_cluster
 from placeto_jax.config import EVERY_OTHER_DEVICE, Config, Pipeline, apply, make_config
 from placeto_jax.env.bank import PlacementGraph, build_bank, prepare
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import PlacerResult, fast_heuristics, fastest_fitting, simulations
 from placeto_jax.rl import construct_loop
-from placeto_jax.rl.checkpoint import Checkpointer, load_run
+from placeto_jax.rl.checkpoint import Checkpointer, load_cluster, load_run
 from placeto_jax.rl.evaluate import (
     Placement,
     best_of_groupings,
@@ -54,28 +54,48 @@ class Policy:
     params: Any  # the policy network's parameters (a pytree)
     found: tuple[np.ndarray | None, ...] | None = None  # per graph placed, a placement of its
     #   op graph [N_ops] ranked with the episodes' (training's best: `rl.evaluate.found_on_ops`)
+    target: Cluster | None = None  # the cluster it places on; None: its config's preset
 
     @staticmethod
     def load(checkpoint: str, devices: int | None = None, cluster: str | None = None) -> Policy:
-        """The policy in run directory `checkpoint`, placing on cluster preset `cluster` (None:
-        the run's own); ValueError if `devices` is given and differs from the paper agent
-        run's count (the construct agent's weights place on any count)."""
+        """The policy in run directory `checkpoint`, placing on the cluster it trained for, or
+        on `cluster` (a preset name or a cluster file, as `--cluster` takes) with `devices`
+        devices (default: the run's count, or the file's); ValueError if the paper agent's run
+        has another device count (the construct agent's weights place on any count)."""
         config, _ = load_run(checkpoint)
-        if devices is not None and config.agent == "construct":  # its weights fit any count
-            config = dataclasses.replace(config, n_devices=devices)
-        if devices is not None and devices != config.n_devices:
+        target = _placing_cluster(checkpoint, config, devices, cluster)
+        if config.agent == "construct":  # its weights fit any count
+            config = dataclasses.replace(config, n_devices=target.n_devices)
+        if target.n_devices != config.n_devices:
             raise ValueError(
                 f"the policy in {checkpoint} places on {config.n_devices} devices, not "
-                f"{devices}; train one for {devices} devices"
+                f"{target.n_devices}; train one for {target.n_devices} devices"
             )
-        if cluster is not None:
-            Cluster.preset(cluster, config.n_devices)  # an unknown name fails here
-            config = dataclasses.replace(config, cluster_preset=cluster)
-        return Policy(config, _restore_params(checkpoint, config))
+        config = dataclasses.replace(config, cluster_preset=target.preset_name())
+        return Policy(config, _restore_params(checkpoint, config), target=target)
 
     def cluster(self) -> Cluster:
         """The cluster the policy places on."""
-        return Cluster.preset(self.config.cluster_preset, self.config.n_devices)
+        return self.target or Cluster.preset(self.config.cluster_preset, self.config.n_devices)
+
+
+def _placing_cluster(
+    checkpoint: str, config: Config, devices: int | None, spec: str | None
+) -> Cluster:
+    """The cluster `Policy.load` places on: the run's own (a preset's on `devices` devices
+    when they differ), or `spec` (`resolve_cluster`) on `devices` or the run's count."""
+    own = load_cluster(checkpoint, config)
+    if spec is not None:
+        count = devices if devices is not None or is_cluster_file(spec) else own.n_devices
+        return resolve_cluster(spec, count)
+    if devices is None or devices == own.n_devices:
+        return own
+    if own.preset_name() == CUSTOM:
+        raise ValueError(
+            f"the policy in {checkpoint} trained for a custom cluster of {own.n_devices} "
+            f"devices; give a cluster (a preset or a cluster file) of {devices} devices"
+        )
+    return Cluster.preset(own.name, devices)
 
 
 def train(
@@ -94,19 +114,15 @@ def train(
     named = [("graph", graphs)] if isinstance(graphs, Graph) else list(graphs)
     for name, graph in named:
         graph.check_has_compute(name)
-    if cluster.name not in PRESETS or Cluster.preset(cluster.name, cluster.n_devices) != cluster:
-        raise ValueError(
-            f"train needs a cluster preset ({', '.join(PRESETS)}) as it is, got {cluster.name!r}"
-        )
     config = make_config(preset, list(overrides), n_devices=cluster.n_devices,
-                         cluster_preset=cluster.name, seed=seed)  # fmt: skip
+                         cluster_preset=cluster.preset_name(), seed=seed)  # fmt: skip
     if config.agent == "construct":
         taught = config_teachers(config, named, cluster)
         state = construct_loop.train_in(config, named, cluster, workdir, taught, progress)
-        return Policy(config, state.params)
+        return Policy(config, state.params, target=cluster)
     prepared = [prepare(n, g, config.run.group_target, cluster.delta1) for n, g in named]
-    result = train_and_evaluate(config, prepared, workdir, progress=progress)
-    return Policy(config, result.state.params, found_on_ops(result.state, prepared))
+    result = train_and_evaluate(config, prepared, workdir, progress=progress, cluster=cluster)
+    return Policy(config, result.state.params, found_on_ops(result.state, prepared), cluster)
 
 
 def untrained(policy: Policy) -> Policy:
@@ -114,17 +130,18 @@ def untrained(policy: Policy) -> Policy:
     depend on the graphs): the control that shows what training added."""
     config = policy.config
     if config.agent == "construct":
-        return Policy(config, construct_loop.untrained_params(config))
+        return Policy(config, construct_loop.untrained_params(config), target=policy.target)
     run = _template_run(config)
-    return Policy(config, run.init(jax.random.key(config.seed), run.env_params).params)
+    params = run.init(jax.random.key(config.seed), run.env_params).params
+    return Policy(config, params, target=policy.target)
 
 
 def _template_run(config: Config) -> Any:
-    """The paper agent's trainer on a two-op chain: its parameters' shapes and initial values
-    do not depend on the graph."""
+    """The paper agent's trainer on a two-op chain of placeto-k80s: its parameters' shapes and
+    initial values depend on neither the graph nor the cluster's values."""
     chain = Graph.from_edges(cost=[1.0, 1.0], out_bytes=[0, 0], edges=[(0, 1)])
     bank = build_bank([PlacementGraph("template", chain)], config.run.buckets)
-    return make_train(config, bank, Cluster.preset(config.cluster_preset, config.n_devices))
+    return make_train(config, bank, Cluster(n_devices=config.n_devices))
 
 
 def _restore_params(checkpoint: str, config: Config) -> Any:

@@ -3,8 +3,8 @@ named pipeline (`placeto_jax.pipeline`: a trained policy zero-shot, the heuristi
 baseline method, `eval` a policy over graphs.
 
 The policy runs in float32; the placements it returns are then simulated exactly (float64) on the
-op graph for every number printed. `place` and `eval` place on the checkpoint's cluster preset,
-or on `--cluster NAME` with the checkpoint's device count (the policy places for that count).
+op graph for every number printed. `place` and `eval` place on the cluster the checkpoint trained
+for, or on `--cluster NAME|FILE` (a preset on the checkpoint's device count, or a cluster file).
 """
 
 from __future__ import annotations
@@ -31,7 +31,12 @@ from placeto_jax.cli.format import (
     stages_line,
     train_text,
 )
-from placeto_jax.cli.options import DEFAULT_CLUSTER, add_cluster_option, add_seed_option
+from placeto_jax.cli.options import (
+    DEFAULT_CLUSTER,
+    add_cluster_option,
+    add_seed_option,
+    cluster_of_args,
+)
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import (
     PIPELINES,
@@ -60,7 +65,7 @@ from placeto_jax.placers import METHODS, run_method
 from placeto_jax.placers.search import DEFAULT_BUDGET
 from placeto_jax.rl import construct_loop
 from placeto_jax.rl.evaluate import found_on_ops
-from placeto_jax.rl.loop import TrainingInterrupted, cluster_of, load_graphs, train_and_evaluate
+from placeto_jax.rl.loop import TrainingInterrupted, load_graphs, train_and_evaluate
 from placeto_jax.rl.sharding import episode_mesh
 from placeto_jax.stages.policy_search import squeezed_method
 from placeto_jax.stages.starts import STARTS, check_start
@@ -84,7 +89,9 @@ def add_agent_commands(commands) -> None:
         metavar="NAME[,NAME...]",
         help="graphs, files or family splits, e.g. family:cifar10/train",
     )
-    train.add_argument("--devices", type=int, required=True, metavar="D", help="device count")
+    train.add_argument(
+        "--devices", type=int, metavar="D", help="device count (a cluster file gives its own)"
+    )
     train.add_argument(
         "--preset",
         choices=sorted(PRESETS),
@@ -142,7 +149,8 @@ def add_agent_commands(commands) -> None:
         "--devices",
         type=int,
         metavar="D",
-        help="device count (with --checkpoint: must match the checkpoint's)",
+        help="device count (a cluster file gives its own; a checkpoint of the paper agent "
+        "places on its run's count)",
     )
     add_cluster_option(
         place, None, f"{CHECKPOINT_CLUSTER} with --checkpoint, {DEFAULT_CLUSTER} otherwise"
@@ -241,34 +249,29 @@ NO_HEURISTICS = (
 def _train(args: argparse.Namespace) -> int:
     if (args.num_processes is not None or args.process_id is not None) and not args.coordinator:
         raise ValueError("--num-processes and --process-id go with --coordinator HOST:PORT")
-    if args.devices < 1:
-        raise ValueError(f"--devices must be at least 1, got {args.devices}")
-    Cluster.preset(args.cluster, args.devices)  # a bad preset fails before any work
+    cluster = cluster_of_args(args.cluster, args.devices, "train")  # before any work
     check_unique(args.set)
-    config = make_config(
-        args.preset, args.set, n_devices=args.devices, cluster_preset=args.cluster, seed=args.seed
-    )
+    config = make_config(args.preset, args.set, n_devices=cluster.n_devices,
+                         cluster_preset=cluster.preset_name(), seed=args.seed)  # fmt: skip
     config = starting_config(config, args.start)
-    workdir = args.workdir or _default_workdir(args.graphs, args.devices, args.seed)
-    graphs = load_graphs(args.graphs, config)  # every graph read and checked before any write
-    graphs = starting_graphs(graphs, config, args.start, jax.random.key(args.seed),
-                             cluster_of(config))  # fmt: skip
+    workdir = args.workdir or _default_workdir(args.graphs, cluster.n_devices, args.seed)
+    graphs = load_graphs(args.graphs, config, cluster)  # every graph read and checked first
+    graphs = starting_graphs(graphs, config, args.start, jax.random.key(args.seed), cluster)
     if config.agent == "construct":
-        return _train_construct(args, config, graphs, workdir)
+        return _train_construct(args, config, graphs, workdir, cluster)
     if args.coordinator:
         _join(args)
     mesh = episode_mesh() if jax.device_count() > 1 else None
     try:
-        result = train_and_evaluate(
-            config, graphs, workdir, progress=not args.no_progress, mesh=mesh
-        )
+        result = train_and_evaluate(config, graphs, workdir, progress=not args.no_progress,
+                                    mesh=mesh, cluster=cluster)  # fmt: skip
     except TrainingInterrupted as stop:
         print(f"placeto-jax: {stop}", file=sys.stderr)
         return INTERRUPTED
-    policy = Policy(config, result.state.params)
+    policy = Policy(config, result.state.params, target=cluster)
     pipeline = Pipeline(start=args.start) if args.start not in (None, "random") else Pipeline()
     named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs]
-    key, cluster = jax.random.key(args.seed), cluster_of(config)
+    key = jax.random.key(args.seed)
     own = place_many(named, cluster, pipeline, policy, key, compare=not args.no_heuristics,
                      progress=not args.no_progress)  # fmt: skip
     found = dataclasses.replace(policy, found=found_on_ops(result.state, graphs))
@@ -277,16 +280,16 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_construct(args: argparse.Namespace, config, graphs, workdir: str) -> int:
+def _train_construct(args: argparse.Namespace, config, graphs, workdir: str, cluster) -> int:
     """`train` for the construct agent: op graphs, one process; then its own placements (the
     `sampled` pipeline) against the heuristics."""
     if args.coordinator or args.start not in (None, "random"):
         raise ValueError("the construct agent trains in one process, from no start")
     named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs]
-    cluster = cluster_of(config)
     taught = config_teachers(config, named, cluster)
     state = construct_loop.train_in(config, named, cluster, workdir, taught, not args.no_progress)
-    own = place_many(named, cluster, PIPELINES["sampled"], Policy(config, state.params),
+    policy = Policy(config, state.params, target=cluster)
+    own = place_many(named, cluster, PIPELINES["sampled"], policy,
                      jax.random.key(args.seed), compare=not args.no_heuristics,
                      progress=not args.no_progress)  # fmt: skip
     print(train_text(config, own, own, workdir))
@@ -359,10 +362,9 @@ def _place(args: argparse.Namespace) -> int:
     if args.checkpoint:
         policy = Policy.load(args.checkpoint, args.devices, args.cluster)
         cluster = policy.cluster()
-    elif args.devices is None:
-        raise ValueError(f"the {args.pipeline or 'heuristics'} pipeline needs --devices")
     else:
-        policy, cluster = None, Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
+        who = f"the {args.pipeline or 'heuristics'} pipeline"
+        policy, cluster = None, cluster_of_args(args.cluster, args.devices, who)
     check(pipeline, policy, cluster)  # before the graph is read
     graph = resolve_graph(args.graph)
     placed = place(graph, cluster, pipeline, policy, jax.random.key(args.seed), name=args.graph,
@@ -387,8 +389,7 @@ def _tied(result) -> str:
 
 
 def _place_method(args: argparse.Namespace) -> int:
-    if args.devices is None:
-        raise ValueError("--method needs --devices")
+    cluster = cluster_of_args(args.cluster, args.devices, "--method")
     if args.pipeline:
         raise ValueError("--method places with one method: not with --pipeline")
     method = METHODS.get(args.method)
@@ -397,7 +398,6 @@ def _place_method(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.method} takes no --budget (the searches do: {searches})")
     squeezing = _method_squeeze(args.set)
     graph = resolve_graph(args.graph)
-    cluster = Cluster.preset(args.cluster or DEFAULT_CLUSTER, args.devices)
     result = run_method(args.method, graph, cluster, jax.random.key(args.seed), args.budget)
     stages = [Stage(args.method, result.evaluations, result.wall_s, result.makespan)]
     if squeezing and not result.fits_memory:
@@ -449,7 +449,7 @@ def _eval(args: argparse.Namespace) -> int:
     policy = Policy.load(args.checkpoint, None, args.cluster)
     cluster = policy.cluster()
     check(pipeline, policy, cluster)
-    loaded = load_graphs(args.graphs, _ungrouped(policy.config))
+    loaded = load_graphs(args.graphs, _ungrouped(policy.config), cluster)
     graphs = [(pg.name, pg.op_graph or pg.graph) for pg in loaded]
     key = jax.random.key(args.seed)
     placed = place_many(graphs, cluster, pipeline, policy, key, compare=not args.no_heuristics,

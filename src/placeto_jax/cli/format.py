@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from placeto_jax.cluster import Cluster
+from placeto_jax.cluster import CUSTOM, Cluster
 from placeto_jax.config import Config, Pipeline
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.stats import GraphStats, critical_path_us, graph_stats
@@ -28,11 +28,26 @@ MS = 1e3  # µs
 
 
 def cluster_json(cluster: Cluster) -> dict:
-    return {"n_devices": cluster.n_devices, "cluster": cluster.name}
+    """The cluster's name and count, and its values as a cluster file holds them."""
+    return {"n_devices": cluster.n_devices, "cluster": cluster.name,
+            "cluster_spec": cluster.document()}  # fmt: skip
 
 
 def devices_line(cluster: Cluster) -> str:
-    return f"devices  {cluster.n_devices} x {cluster.name}"
+    """The cluster in one line: a preset by name, any other by its values."""
+    if cluster.preset_name() != CUSTOM:
+        return f"devices  {cluster.n_devices} x {cluster.name}"
+    doc = cluster.document()
+    values = ", ".join(f"{key} {_compact(doc[key])}"
+                       for key in ("speed", "memory_gb", "bandwidth_gb_per_s"))  # fmt: skip
+    broadcast = "" if cluster.broadcast else ", no broadcast"
+    return f"devices  {cluster.n_devices} ({cluster.name}): {values}{broadcast}"
+
+
+def _compact(values: list[float]) -> str:
+    """One number when every device has it, else one per device (4 significant digits)."""
+    shown = [f"{v:.4g}" for v in values]
+    return shown[0] if len(set(shown)) == 1 else "/".join(shown)
 
 
 # ---------------------------------------------------------------------- simulate

@@ -13,15 +13,30 @@ def add_cluster_option(
     default: str | None = DEFAULT_CLUSTER,
     shown: str = "%(default)s",
 ) -> None:
-    """`--cluster NAME`: the cluster preset (`shown` describes the default in the help)."""
+    """`--cluster NAME|FILE`: a cluster preset or a cluster file (`shown` describes the default
+    in the help)."""
     from placeto_jax.cluster import PRESETS  # NumPy: not at `placeto-jax`'s start
 
     parser.add_argument(
         "--cluster",
         default=default,
-        metavar="NAME",
-        help=f"cluster preset: {', '.join(PRESETS)} (default: {shown})",
+        metavar="NAME|FILE",
+        help=f"cluster preset ({', '.join(PRESETS)}) or a cluster file (.json: your own "
+        f"devices, docs/cluster-presets.md) (default: {shown})",
     )
+
+
+def cluster_of_args(spec: str | None, devices: int | None, who: str):
+    """The `Cluster` of `--cluster SPEC` (default placeto-k80) and `--devices`, which a preset
+    needs (`who` names what needs it in the error) and a file may leave out."""
+    from placeto_jax.cluster import PRESETS, resolve_cluster
+
+    spec = spec or DEFAULT_CLUSTER
+    if devices is None and spec in PRESETS:
+        raise ValueError(f"{who} needs --devices (or --cluster FILE)")
+    if devices is not None and devices < 1:
+        raise ValueError(f"--devices must be at least 1, got {devices}")
+    return resolve_cluster(spec, devices)
 
 
 def add_seed_option(parser: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ placers and a vectorised batch of random placements)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -12,8 +13,8 @@ import numpy as np
 
 import placeto_jax as pj
 from placeto_jax.cli.format import DemoRow, batch_text, demo_text, report_json, report_text
-from placeto_jax.cli.options import add_cluster_option, add_seed_option
-from placeto_jax.cluster import Cluster
+from placeto_jax.cli.options import add_cluster_option, add_seed_option, cluster_of_args
+from placeto_jax.cluster import is_cluster_file
 from placeto_jax.graphs.placements import load_placement
 from placeto_jax.graphs.registry import BUILTIN_GRAPHS, resolve_graph
 from placeto_jax.placers import PLACERS, random_batch
@@ -32,7 +33,9 @@ def add_simulate_commands(commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     simulate.add_argument("graph", metavar="GRAPH", help="graph file or built-in graph (below)")
-    simulate.add_argument("--devices", type=int, required=True, metavar="D", help="device count")
+    simulate.add_argument(
+        "--devices", type=int, metavar="D", help="device count (a cluster file gives its own)"
+    )
     source = simulate.add_mutually_exclusive_group()
     source.add_argument(
         "--placement",
@@ -64,7 +67,9 @@ def add_simulate_commands(commands) -> None:
         epilog=BUILTIN_GRAPHS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    demo.add_argument("--devices", type=int, default=4, help="device count (default: 4)")
+    demo.add_argument(
+        "--devices", type=int, metavar="D", help="device count (default: 4, or the cluster file's)"
+    )
     demo.add_argument("--graph", default="cnn", help="graph (default: %(default)s)")
     demo.add_argument(
         "--batch", type=int, default=4096, help="random placements in the batch (default: 4096)"
@@ -76,7 +81,9 @@ def add_simulate_commands(commands) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph)
-    cluster = Cluster.preset(args.cluster, args.devices, broadcast=not args.no_broadcast)
+    cluster = cluster_of_args(args.cluster, args.devices, "simulate")
+    if args.no_broadcast:
+        cluster = dataclasses.replace(cluster, broadcast=False)
     if args.placement:
         placement = load_placement(args.placement, graph, cluster.n_devices)
         source = f"file {args.placement}"
@@ -109,7 +116,8 @@ def _demo(args: argparse.Namespace) -> int:
             f"--batch {args.batch} x {graph.n_ops} ops is more than the {MAX_DEMO_CELLS:,} "
             "placement entries one call simulates here; give a smaller --batch"
         )
-    cluster = Cluster.preset(args.cluster, args.devices)
+    devices = 4 if args.devices is None and not is_cluster_file(args.cluster) else args.devices
+    cluster = cluster_of_args(args.cluster, devices, "demo")
     key, batch_key = jax.random.split(jax.random.key(args.seed))
     rows = []
     for name in ("single", "round-robin", "random"):

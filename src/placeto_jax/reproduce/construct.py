@@ -49,7 +49,7 @@ def train_construct(
     taught = config_teachers(config, named, cluster)
     state = train_in(config, named, cluster, workdir, taught, progress)
     spent = sum(t.evaluations for t in taught) + training_simulations(config, len(named))
-    return Policy(config, state.params), spent
+    return Policy(config, state.params, target=cluster), spent
 
 
 def place_construct(

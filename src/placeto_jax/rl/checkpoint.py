@@ -1,7 +1,8 @@
 """A run directory: its resolved config (`run.json`), a lock, and checked orbax checkpoints.
 
 Layout of WORKDIR:
-  run.json                format version, resolved config, graph names and content digests
+  run.json                format version, resolved config, graph names and content digests,
+                          the cluster trained for (a cluster file's object)
   train.lock              the pid and host of the `train` that holds the directory
   checkpoints/STEP/       orbax: `state` (the whole TrainState) and `params` (policy only)
   checkpoints/STEP/integrity.json   SHA-256 of both items' arrays, the config and graph digests
@@ -40,6 +41,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config, from_dict, to_dict
 from placeto_jax.files import atomic_write
 
@@ -57,16 +59,28 @@ def config_digest(config: Config) -> str:
 
 
 def write_run(
-    workdir: str | os.PathLike, config: Config, names: Sequence[str], digests: Sequence[str]
+    workdir: str | os.PathLike,
+    config: Config,
+    names: Sequence[str],
+    digests: Sequence[str],
+    cluster: Cluster,
 ) -> None:
     """Write run.json, or check that an existing one describes the same run (resuming): the
-    same config, graph names and graph contents (`Graph.digest` of each graph's op graph)."""
+    same config, graph names, graph contents (`Graph.digest` of each graph's op graph) and
+    cluster. ValueError if `config` names another cluster preset than `cluster` is."""
+    if config.cluster_preset != cluster.preset_name():
+        raise ValueError(
+            f"the config names cluster {config.cluster_preset!r}, but the run trains for "
+            f"{cluster.preset_name()!r} ({cluster.name}, {cluster.n_devices} devices); give the "
+            "config cluster_preset=cluster.preset_name()"
+        )
     path = run_file(workdir)
     doc = {
         "format": RUN_FORMAT,
         "config": to_dict(config),
         "graphs": list(names),
         "graph_digests": list(digests),
+        "cluster": cluster.document(),
     }
     if path.exists():
         _check_same_run(workdir, doc)
@@ -87,6 +101,12 @@ def _check_same_run(workdir: str | os.PathLike, doc: dict) -> None:
         raise ValueError(
             f"{workdir} holds a run with another config ({'; '.join(differs[:3])}); resume it "
             "with the same arguments or use a new --workdir"
+        )
+    if old.get("cluster", doc["cluster"]) != _jsonable(doc["cluster"]):
+        raise ValueError(
+            f"{workdir} holds a run for another cluster ({old['cluster']['name']}, "
+            f"{old['cluster']['n_devices']} devices); resume it on the same cluster or use a "
+            "new --workdir"
         )
     for name, before, now in zip(
         doc["graphs"], old.get("graph_digests", doc["graph_digests"]), doc["graph_digests"],
@@ -127,6 +147,15 @@ def load_run(workdir: str | os.PathLike) -> tuple[Config, list[str]]:
         return from_dict(doc["config"]), list(doc["graphs"])
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"corrupt {run_file(workdir)}: {err}") from None
+
+
+def load_cluster(workdir: str | os.PathLike, config: Config) -> Cluster:
+    """The cluster a run trained for: the one in its run.json, or (a run that predates it)
+    `config`'s preset; ValueError if it is unreadable."""
+    doc = _read_run(workdir).get("cluster")
+    if doc is None:
+        return Cluster.preset(config.cluster_preset, config.n_devices)
+    return Cluster.from_document(doc, f"the cluster in {run_file(workdir)}")
 
 
 def _read_run(workdir: str | os.PathLike) -> dict:

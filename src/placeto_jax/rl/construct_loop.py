@@ -261,7 +261,7 @@ def train_in(
     total = config.train.imitation + config.train.iterations
     end = total if stop_at is None else min(stop_at, total)
     with workdir_lock(workdir):
-        write_run(workdir, config, list(run.bank.names), provenance.graphs)
+        write_run(workdir, config, list(run.bank.names), provenance.graphs, cluster)
         checkpointer = Checkpointer(workdir)
         fresh = initial_state(config, run.bank, np.asarray(run.teacher), run.reference)
         state = checkpointer.restore_state(fresh, provenance) or fresh
@@ -292,10 +292,10 @@ def train_in(
 
 
 def untrained_params(config: Config) -> Any:
-    """The parameters a run of `config` starts from (they do not depend on the graphs: a
-    two-op chain builds them)."""
+    """The parameters a run of `config` starts from (they depend on neither the graphs nor the
+    cluster's values: a two-op chain on placeto-k80s builds them)."""
     chain = Graph.from_edges(cost=[1.0, 1.0], out_bytes=[0, 0], edges=[(0, 1)])
-    cluster = Cluster.preset(config.cluster_preset, config.n_devices)
+    cluster = Cluster(n_devices=config.n_devices)
     return initial_state(config, Bank.of([("template", chain)], cluster)).params
 
 

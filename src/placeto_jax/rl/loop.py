@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
-from placeto_jax.cluster import Cluster
+from placeto_jax.cluster import CUSTOM, Cluster
 from placeto_jax.config import Config, RunConfig
 from placeto_jax.env.bank import Bank, PlacementGraph, build_bank, prepare
 from placeto_jax.files import atomic_write
@@ -53,12 +53,17 @@ class TrainResult:
 
 
 def cluster_of(config: Config) -> Cluster:
+    """The preset `config` names (a run on a custom cluster keeps it in its run directory:
+    `checkpoint.load_cluster`)."""
+    if config.cluster_preset == CUSTOM:
+        raise ValueError("the config names a custom cluster: pass the Cluster itself")
     return Cluster.preset(config.cluster_preset, config.n_devices)
 
 
-def load_graphs(spec: str, config: Config) -> list[PlacementGraph]:
-    """The graphs named by a comma-separated spec, coarsened for the agent as `config` says."""
-    overhead = cluster_of(config).delta1
+def load_graphs(spec: str, config: Config, cluster: Cluster | None = None) -> list[PlacementGraph]:
+    """The graphs named by a comma-separated spec, coarsened for the agent as `config` says
+    (on `cluster`, default `config`'s preset)."""
+    overhead = (cluster or cluster_of(config)).delta1
     out = []
     for item in (s.strip() for s in spec.split(",")):
         if not item:
@@ -91,26 +96,29 @@ def train_and_evaluate(
     stop_at: int | None = None,
     on_eval: Callable[[int, dict[str, float]], None] | None = None,
     mesh: Mesh | None = None,
+    cluster: Cluster | None = None,
 ) -> TrainResult:
-    """Train on `graphs` in `workdir`, resuming from its newest intact checkpoint if there is
-    one. The directory is locked for the run (`checkpoint.workdir_lock`), and run.json must
-    describe the same config and graph contents. `stop_at` ends the call after that many
+    """Train on `graphs` for `cluster` (default: `config`'s preset) in `workdir`, resuming from
+    its newest intact checkpoint if there is one. The directory is locked for the run
+    (`checkpoint.workdir_lock`), and run.json must describe the same config, graph contents and
+    cluster. `stop_at` ends the call after that many
     updates in total without a final checkpoint (a time box, and how tests stand in for a
     killed run). Ctrl-C saves a checkpoint at the end of the current chunk of updates and
     raises `TrainingInterrupted`. `mesh` (`sharding.episode_mesh()`) splits the episodes over
     its devices, across processes too; only process 0 locks, writes and logs."""
+    cluster = cluster or cluster_of(config)
     bank = build_bank(graphs, config.run.buckets)
-    run = make_train(config, bank, cluster_of(config), mesh)
+    run = make_train(config, bank, cluster, mesh)
     if mesh is None:
-        keep_run(run, bank, cluster_of(config))  # placing its graphs next reuses its programs
+        keep_run(run, bank, cluster)  # placing its graphs next reuses its programs
     lead = jax.process_index() == 0
     provenance = Provenance(config_digest(config), tuple(graph_digests(graphs)))
     with workdir_lock(workdir) if lead else contextlib.nullcontext():
         if lead:
-            write_run(workdir, config, list(bank.names), provenance.graphs)
+            write_run(workdir, config, list(bank.names), provenance.graphs, cluster)
         with _interrupt_flag() as interrupted:
-            return _train(config, run, bank, workdir, provenance, progress, stop_at, on_eval,
-                          interrupted, lead)  # fmt: skip
+            return _train(config, run, bank, cluster, workdir, provenance, progress, stop_at,
+                          on_eval, interrupted, lead)  # fmt: skip
 
 
 def graph_digests(graphs: list[PlacementGraph]) -> list[str]:
@@ -142,7 +150,7 @@ def _interrupt_flag():
 
 
 def _train(
-    config, run, bank, workdir, provenance, progress, stop_at, on_eval, interrupted, lead
+    config, run, bank, cluster, workdir, provenance, progress, stop_at, on_eval, interrupted, lead
 ) -> TrainResult:
     env_params = run.env_params
     checkpointer = Checkpointer(workdir)
@@ -152,7 +160,7 @@ def _train(
     start = int(local_copy(state.iteration))
     skipped_before = int(local_copy(state.skipped))
     log = MetricsLog(workdir, start) if lead else None
-    single = single_makespans(bank, cluster_of(config))
+    single = single_makespans(bank, cluster)
     total = config.train.iterations
     end = total if stop_at is None else min(stop_at, total)
     try:
@@ -171,7 +179,7 @@ def _train(
                     record = {k: float(v[iteration - first]) for k, v in stacked.items()}
                     if iteration == last and (last % config.run.eval_every == 0 or last == total):
                         summary = _eval_record(
-                            run.greedy(state.params, env_params), bank, cluster_of(config), single
+                            run.greedy(state.params, env_params), bank, cluster, single
                         )
                         record.update(summary)
                         bar.set_postfix(progress_units(
