@@ -32,6 +32,7 @@ from placeto_jax.stages.teachers import (
     searched_from,
     teachers,
 )
+from randgraphs import random_case
 
 CLUSTER = Cluster.preset("placeto-k80", 2)  # delta1 5.7 µs, delta2 25 µs, 7,600 bytes/µs
 
@@ -67,7 +68,7 @@ def test_the_observation_of_the_last_op_of_the_fork_by_hand():
     built = build("g", graph, CLUSTER)
     g = env.GraphArrays.stack([built]).at(0)
     machine = env.Machine.of(CLUSTER)
-    s = env.Schedule.empty(built.cost.size, 2)
+    s = env.Schedule.empty(g, 2)
     for t, d in [(0, 0), (1, 1)]:
         s = env.commit(g, machine, s, jnp.asarray(t), env.look(g, machine, s, jnp.asarray(t)), d)
     seen = env.look(g, machine, s, jnp.asarray(2))
@@ -179,6 +180,91 @@ def test_memory_freed_by_the_simulator_is_not_held_against_a_device():
     np.testing.assert_array_equal(
         np.asarray(out.allowed[0])[:3], [[True, True]] * 2 + [[False, True]]
     )
+
+
+def _committed(graph, cluster, placement) -> tuple:
+    """The schedule after every op of `graph` is committed to `placement` in visiting order."""
+    built = build("g", graph, cluster)
+    g, machine = env.GraphArrays.stack([built]).at(0), env.Machine.of(cluster)
+    s = env.Schedule.empty(g, cluster.n_devices)
+    for t, d in enumerate(built.by_position(placement)[: graph.n_ops]):
+        s = env.commit(g, machine, s, jnp.asarray(t), env.look(g, machine, s, jnp.asarray(t)), d)
+    return built, g, machine, s
+
+
+def test_the_live_memory_of_the_diamond_by_hand():
+    # a (76 kB) feeds b (on device 1) and c (on 0); b and c (7.6 kB each) feed d (on 0). Visiting
+    # order a, b, c, d. a: 76 kB on 0. b: its output and a's copy on 1, 83.6 kB. c: 83.6 kB on
+    # 0, and a's last consumer is placed: a and its copy freed (7.6 kB on each). d: b's copy on
+    # 0 (15.2 kB), then b, its copy and c freed. Peaks 83.6 kB on both: the simulator's.
+    graph = Graph.from_edges(cost=[100.0, 50.0, 30.0, 10.0], out_bytes=[76e3, 7.6e3, 7.6e3, 0.0],
+                             edges=[(0, 1), (0, 2), (1, 3), (2, 3)])  # fmt: skip
+    placement = np.array([0, 1, 0, 0])
+    built, _, _, s = _committed(graph, CLUSTER, placement)
+    np.testing.assert_array_equal(built.op_index, [0, 1, 2, 3])
+    np.testing.assert_allclose(np.asarray(s.peak), [83.6e3, 83.6e3], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(s.live), [0.0, 0.0], atol=1e-3)
+    assert np.asarray(s.pending)[:4].tolist() == [0, 0, 0, 0]
+    simulated = simulate(graph, CLUSTER, placement).peak_memory
+    np.testing.assert_allclose(np.asarray(s.peak), np.asarray(simulated), rtol=1e-6)
+
+
+def _reference_peak(graph: Graph, built, placement: np.ndarray, n_devices: int) -> np.ndarray:
+    """The live-memory estimate of `env.construct` written out op by op (NumPy, no padding)."""
+    children = np.bincount(graph.edges[:, 0], minlength=graph.n_ops)
+    parents = [graph.edges[graph.edges[:, 1] == v, 0] for v in range(graph.n_ops)]
+    pending, copied = children.copy(), np.zeros((graph.n_ops, n_devices), bool)
+    live, peak = np.zeros(n_devices), np.zeros(n_devices)
+    for v in built.op_index:
+        d, size = placement[v], graph.out_bytes
+        live[d] += size[v]
+        for p in parents[v]:
+            if placement[p] != d and not copied[p, d]:
+                live[d], copied[p, d] = live[d] + size[p], True
+        peak = np.maximum(peak, live)
+        for p in parents[v]:
+            pending[p] -= 1
+            if pending[p] == 0:
+                live[placement[p]] -= size[p]
+                live -= size[p] * copied[p]
+        if children[v] == 0:
+            live[d] -= size[v]
+    return peak
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_live_memory_matches_a_reference_on_random_graphs(seed):
+    graph, cluster, placements = random_case(seed)
+    built, _, _, s = _committed(graph, cluster, placements[0])
+    expected = _reference_peak(graph, built, placements[0], cluster.n_devices)
+    np.testing.assert_allclose(np.asarray(s.peak), expected, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(s.live), 0.0, atol=1.0)  # everything freed
+
+
+def test_a_device_whose_live_outputs_leave_no_room_is_not_allowed():
+    # p and q (50 kB outputs) both feed r. With p on device 0 and r unplaced, p's output is
+    # live there, so q on 0 would hold 100 kB > 80 kB (the simulator's peak for p, q, r on 0);
+    # the single-op bound (50 kB) allows it. A declared start keeps its device allowed, and
+    # when no device has room by the estimate, the single-op bound decides again.
+    graph = Graph.from_edges(cost=[10.0, 10.0, 10.0], out_bytes=[50e3, 50e3, 0.0],
+                             edges=[(0, 2), (1, 2)])  # fmt: skip
+    cluster = Cluster.preset("placeto-k80", 2, memory=80e3)
+    assert float(simulate(graph, cluster, np.zeros(3, int)).peak_memory[0]) == 100e3
+    built = build("g", graph, cluster)
+    q = int(np.flatnonzero(built.op_index == 1)[0])
+    assert q == 1  # visiting order p, q, r
+    g, machine = env.GraphArrays.stack([built]).at(0), env.Machine.of(cluster)
+    s = env.Schedule.empty(g, 2)
+    s = env.commit(g, machine, s, jnp.asarray(0), env.look(g, machine, s, jnp.asarray(0)), 0)
+    np.testing.assert_array_equal(np.asarray(env.look(g, machine, s, jnp.asarray(q)).allowed),
+                                  [False, True])  # fmt: skip
+    hinted = dataclasses.replace(g, hint=g.hint.at[q].set(0))
+    np.testing.assert_array_equal(np.asarray(env.look(hinted, machine, s, jnp.asarray(q)).allowed),
+                                  [True, True])  # fmt: skip
+    s = env.commit(g, machine, s, jnp.asarray(q), env.look(g, machine, s, jnp.asarray(q)), 1)
+    full = dataclasses.replace(s, peak=jnp.full(2, 80e3, jnp.float32))  # no room by the estimate
+    np.testing.assert_array_equal(np.asarray(env.look(g, machine, full, jnp.asarray(2)).allowed),
+                                  [True, True])  # fmt: skip
 
 
 def test_the_policy_is_equivariant_under_renaming_devices():
@@ -338,8 +424,8 @@ def test_a_hinted_policy_observes_the_best_teacher_and_counts_its_simulations(tm
     built = run.bank.built[0]
     np.testing.assert_array_equal(built.hint[:6], np.asarray(run.teacher)[0, :6])
     assert sorted(set(built.hint[:6].tolist())) == [0, 1]  # the chains apart
-    s = env.Schedule.empty(built.cost.size, 2)
     g = run.bank.arrays.at(0)
+    s = env.Schedule.empty(g, 2)
     seen = env.look(g, run.bank.machine, s, jnp.asarray(0))
     np.testing.assert_array_equal(np.asarray(seen.features)[:, 13], np.eye(2)[built.hint[0]])
     named = [("g", graph)]

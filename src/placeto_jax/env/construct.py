@@ -13,11 +13,16 @@ when op t's inputs would be on d, when d is free, the earliest start and finish 
 and relative to the best device), the fraction of op t's input bytes already on d, the new
 transfer time placing it there would need, d's assigned busy time (absolute and against the
 mean), d's memory after placing op t over its capacity, whether d holds op t - 1, d's
-relative speed, and whether a declared start (the hint) puts op t on d. Devices that surely
-overflow are not allowed (all are, when none fits): their parameters and the largest bytes any
-of their ops holds while it runs (its output and inputs), a lower bound of the simulator's peak
-memory, exceed their capacity. A co-location class's later
-members follow their leader: no decision.
+relative speed, and whether a declared start (the hint) puts op t on d.
+
+Memory mask: a device is allowed when its parameters and its live memory would fit, by an
+estimate that follows the visiting order: each output, and each copy of it on a consumer's
+device, is live from its placing until every consumer of the output is placed (the most live at
+once is the estimate's peak; within a few percent of the simulator's on the benchmark files).
+The hint's device stays allowed. When no device fits by the estimate, the devices that fit by a
+lower bound are (parameters and the largest bytes one op holds while it runs: its output and
+inputs), and all are when none does. A co-location class's later members follow their leader:
+no decision.
 
 An episode costs O(N (K + D)) for N ops of at most K parents on D devices; its placement is
 scored once by the exact simulator (`sim/`) outside this module.
@@ -50,6 +55,7 @@ class GraphArrays:
     need_bytes: jax.Array  # [G, Np] bytes
     parents: jax.Array  # [G, Np, K] int32
     parent_mask: jax.Array  # [G, Np, K] bool
+    n_children: jax.Array  # [G, Np] int32
     leader: jax.Array  # [G, Np] int32
     real: jax.Array  # [G, Np] bool
     static: jax.Array  # [G, Np, S]
@@ -107,9 +113,14 @@ class Schedule:
     memory: jax.Array  # [D] bytes charged
     params: jax.Array  # [D] parameter bytes placed
     need: jax.Array  # [D] bytes: the most any op placed there holds while it runs
+    pending: jax.Array  # [Np] int32 consumers of each op's output not placed yet
+    copied: jax.Array  # [Np, D] bool: a copy of the op's output is on the device
+    live: jax.Array  # [D] bytes of outputs and copies that unplaced consumers still need
+    peak: jax.Array  # [D] bytes: the most `live` held, with each op's own run
 
     @classmethod
-    def empty(cls, n_pad: int, n_devices: int) -> Schedule:
+    def empty(cls, g: GraphArrays, n_devices: int) -> Schedule:
+        n_pad = g.cost.shape[0]
         zeros = jnp.zeros(n_devices, jnp.float32)
         return cls(
             device=jnp.zeros(n_pad, jnp.int32),
@@ -121,6 +132,10 @@ class Schedule:
             memory=zeros,
             params=zeros,
             need=zeros,
+            pending=g.n_children,
+            copied=jnp.zeros((n_pad, n_devices), bool),
+            live=zeros,
+            peak=zeros,
         )
 
 
@@ -167,8 +182,13 @@ def look(g: GraphArrays, m: Machine, s: Schedule, t: jax.Array) -> Look:
     local_fraction = (in_bytes[:, None] * local).sum(0) / jnp.maximum(in_bytes.sum(), 1.0)
     new_transfer = (jnp.where(mask & ~sent, transfer, 0.0)[:, None] * ~local).sum(0)
     memory_after = s.memory + g.own_bytes[t]
-    fits = s.params + g.param_bytes[t] + jnp.maximum(s.need, g.need_bytes[t]) <= m.capacity
-    allowed = jnp.where(fits.any(), fits, True)
+    params_after = s.params + g.param_bytes[t]
+    fits = params_after + jnp.maximum(s.need, g.need_bytes[t]) <= m.capacity
+    copies_in = mask[:, None] & ~local & ~s.copied[parents]  # [K, D] inputs new to the device
+    running = s.live + g.out_bytes[t] + (in_bytes[:, None] * copies_in).sum(0)
+    fits_live = params_after + jnp.maximum(s.peak, running) <= m.capacity
+    hinted = devices == g.hint[t]  # a declared start's device stays allowed
+    allowed = jnp.where(fits_live.any(), fits_live | hinted, jnp.where(fits.any(), fits, True))
     previous = s.device[jnp.maximum(t - 1, 0)]
     op_time = jnp.maximum(duration.mean() + m.delta1, 1e-3)
     scale = g.scale
@@ -208,6 +228,7 @@ def commit(
     finish = seen.finish[device]
     gap = jnp.where(g.cost[t] > 0, m.delta1, 0.0)
     busy = jnp.where(real, g.cost[t] / m.speed[device], 0.0)
+    pending, copied, live, peak = _live_memory(g, s, t, device)
     return Schedule(
         device=s.device.at[t].set(jnp.where(real, device, 0)),
         finish=s.finish.at[t].set(jnp.where(real, finish, 0.0)),
@@ -218,7 +239,31 @@ def commit(
         memory=s.memory.at[device].add(jnp.where(real, g.own_bytes[t], 0.0)),
         params=s.params.at[device].add(jnp.where(real, g.param_bytes[t], 0.0)),
         need=s.need.at[device].max(jnp.where(real, g.need_bytes[t], 0.0)),
+        pending=pending,
+        copied=copied,
+        live=live,
+        peak=peak,
     )
+
+
+def _live_memory(g: GraphArrays, s: Schedule, t: jax.Array, device: jax.Array) -> tuple:
+    """(pending, copied, live, peak) of `s` with op t placed on `device`: its output and the
+    copies of its remote inputs are live from now until every consumer of the output is placed
+    (the estimate the memory mask reads; it follows the visiting order, not time)."""
+    parents, mask = g.parents[t], g.parent_mask[t] & g.real[t]
+    on = jax.nn.one_hot(device, s.live.shape[0], dtype=bool)  # [D]
+    p_bytes = g.out_bytes[parents]
+    new_copy = mask & (s.device[parents] != device) & ~s.copied[parents, device]  # [K]
+    output = jnp.where(g.real[t], g.out_bytes[t], 0.0)
+    live = s.live + on * (output + jnp.where(new_copy, p_bytes, 0.0).sum())
+    peak = jnp.maximum(s.peak, live)
+    copied = s.copied.at[parents, device].max(new_copy)
+    pending = s.pending.at[parents].add(-mask.astype(jnp.int32))
+    done = mask & (pending[parents] == 0)  # [K] the last consumer of each such parent
+    holders = copied[parents] | jax.nn.one_hot(s.device[parents], on.shape[0], dtype=bool)
+    freed = (jnp.where(done, p_bytes, 0.0)[:, None] * holders).sum(0)
+    unused = jnp.where(g.n_children[t] == 0, output, 0.0)  # an output nothing consumes
+    return pending, copied, live - freed - on * unused, peak
 
 
 Chooser = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
@@ -251,7 +296,7 @@ def rollout(g: GraphArrays, m: Machine, choose: Chooser, key: jax.Array) -> Traj
 
     noise = gumbel_noise(key, n_pad, m.speed.shape[0])
     final, (features, allowed, decision) = jax.lax.scan(
-        step, Schedule.empty(n_pad, m.speed.shape[0]), (positions, noise)
+        step, Schedule.empty(g, m.speed.shape[0]), (positions, noise)
     )
     return Trajectory(final.device, features, allowed, decision)
 
@@ -264,5 +309,5 @@ def estimated_makespan(g: GraphArrays, m: Machine, device: jax.Array) -> jax.Arr
         return commit(g, m, s, t, look(g, m, s, t), device[t]), None
 
     n_pad = g.cost.shape[0]
-    final, _ = jax.lax.scan(step, Schedule.empty(n_pad, m.speed.shape[0]), jnp.arange(n_pad))
+    final, _ = jax.lax.scan(step, Schedule.empty(g, m.speed.shape[0]), jnp.arange(n_pad))
     return jnp.max(jnp.where(g.real, final.finish, 0.0))

@@ -37,6 +37,7 @@ class ConstructGraph:
     #                         input (a class's largest at its leader)
     parents: np.ndarray  # [Np, K] int32 visiting positions of the parents (0 on padding)
     parent_mask: np.ndarray  # [Np, K] bool
+    n_children: np.ndarray  # [Np] int32 consumers of each op's output (0 on padding)
     leader: np.ndarray  # [Np] int32 position of the op that decides this op's device
     real: np.ndarray  # [Np] bool, false on padding
     static: np.ndarray  # [Np, N_STATIC] float32 static node features
@@ -135,6 +136,7 @@ def build(
         need_bytes=_padded(_charged(_live_bytes(graph), graph, order, np.maximum), n_pad),
         parents=parents,
         parent_mask=mask,
+        n_children=_padded(np.bincount(src, minlength=n), n_pad).astype(np.int32),
         leader=_leaders(graph, order, n_pad),
         real=np.arange(n_pad) < n,
         static=_padded(static_features(graph, cluster, order), n_pad),

@@ -114,7 +114,10 @@ def log_probs(learner: Learner, params: Any, bank: GraphArrays, graph_ids, traje
 
 
 def imitation_loss(learner, params, bank, graph_ids, trajectory) -> jax.Array:
-    """Mean over decisions of -log pi(teacher's device) along the teacher's own episodes."""
+    """Mean over decisions of -log pi(teacher's device) along the teacher's own episodes (the
+    teacher's device counts as allowed where the memory mask would refuse it)."""
+    taught = trajectory.device[..., None] == jnp.arange(trajectory.allowed.shape[-1])
+    trajectory = dataclasses.replace(trajectory, allowed=trajectory.allowed | taught)
     logp = log_probs(learner, params, bank, graph_ids, trajectory)
     taken = jnp.take_along_axis(logp, trajectory.device[..., None], axis=-1)[..., 0]
     weight = trajectory.decision.astype(logp.dtype)
