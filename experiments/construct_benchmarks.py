@@ -23,7 +23,7 @@ from pathlib import Path
 import jax
 
 from bench_wide import graph_of
-from placeto_jax.cluster import Cluster
+from placeto_jax.cluster import Cluster, is_cluster_file, resolve_cluster
 from placeto_jax.config import PIPELINES, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph
 from placeto_jax.files import write_result
@@ -58,11 +58,9 @@ def family_policy(args) -> Policy:
     return train_construct(config, named, cluster, workdir, progress=True)[0]
 
 
-def named_cases(specs: str, n_devices: int) -> list[Case]:
+def named_cases(specs: str, cluster: Cluster) -> list[Case]:
     """The graphs `specs` (comma-separated registry names, graph files or
-    `zoo-ops:MODEL[:SIZE=VALUE,...]`, as `bench_wide.graph_of` reads them) on `n_devices`
-    placeto-k80s."""
-    cluster = Cluster.preset("placeto-k80", n_devices)
+    `zoo-ops:MODEL[:SIZE=VALUE,...]`, as `bench_wide.graph_of` reads them) on `cluster`."""
     return [Case(spec, "operator, unknown", graph_of(spec), cluster, None, "none")
             for spec in specs.split(",")]  # fmt: skip
 
@@ -109,11 +107,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="config of the per-graph runs")  # fmt: skip
     parser.add_argument("--match", default=None, help="only files whose path contains this")
     parser.add_argument("--graphs", default=None, help="named graphs instead of the folder's")
-    parser.add_argument("--devices", type=int, default=4, help="placeto-k80s for --graphs")
+    parser.add_argument("--devices", type=int, default=None, help="devices for --graphs (4)")
+    parser.add_argument("--cluster", default="placeto-k80", help="preset or file for --graphs")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     pipeline = PIPELINES["sampled"]
-    cases = named_cases(args.graphs, args.devices) if args.graphs else [
+    devices = 4 if args.devices is None and not is_cluster_file(args.cluster) else args.devices
+    cases = named_cases(args.graphs, resolve_cluster(args.cluster, devices)) if args.graphs else [
         c for c in benchmark_cases(args.data, kinds=("OperatorGraphs",))
         if args.match is None or args.match in c.file
     ]  # fmt: skip
