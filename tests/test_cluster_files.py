@@ -147,3 +147,15 @@ def test_a_run_whose_config_names_another_cluster_is_refused_before_any_write(tm
     with pytest.raises(ValueError, match="names cluster 'placeto-k80', but the run trains for"):
         write_run(tmp_path, config, ["g"], ["digest"], Cluster.from_document(RIG))
     assert not (tmp_path / "run.json").exists()
+
+
+def test_simulate_and_graphs_show_run_on_a_cluster_file(tmp_path, capsys):
+    rig_file = _file(tmp_path, {**RIG, "speed": [4, 1]})  # the first device 4x a K80
+    graph = resolve_graph("example:diamond")  # 190 µs of compute in 4 kernels
+    assert main(["simulate", "example:diamond", "--cluster", rig_file, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["makespan_us"] == pytest.approx(190 / 4 + 3 * 5.7)  # all on device 0 (single)
+    assert main(["graphs", "show", "example:diamond", "--cluster", rig_file, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["one_device_ms"] * 1e3 == pytest.approx(190 / 4 + 3 * 5.7)
+    assert graph.cost.sum() == pytest.approx(190.0)

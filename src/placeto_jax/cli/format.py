@@ -238,7 +238,10 @@ def one_device_json(graph: Graph, cluster: Cluster) -> dict:
     """The graph's step on the first device of `cluster` (simulated): its compute, the
     per-kernel overhead (`delta1` after each kernel), and the parallelism left with kernels
     counted (that step over the longest path of op durations, transfers free)."""
-    one = simulate(graph, Cluster.preset(cluster.name, 1), np.zeros(graph.n_ops, np.int64))
+    first = Cluster(n_devices=1, speed=cluster.speed[0], memory=cluster.memory[0],
+                    bandwidth=cluster.bandwidth[0], delta1=cluster.delta1, delta2=cluster.delta2,
+                    broadcast=cluster.broadcast, name=cluster.name)  # fmt: skip
+    one = simulate(graph, first, np.zeros(graph.n_ops, np.int64))
     speed = float(cluster.speed_array[0])
     kernels = graph.kernel_counts
     duration = graph.cost / speed + np.maximum(kernels - 1, 0) * cluster.delta1
