@@ -23,7 +23,8 @@ from pathlib import Path
 import jax
 
 from bench_wide import graph_of
-from placeto_jax.cluster import Cluster, is_cluster_file, resolve_cluster
+from placeto_jax.cli.options import cluster_of_args
+from placeto_jax.cluster import Cluster
 from placeto_jax.config import PIPELINES, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph
 from placeto_jax.files import write_result
@@ -112,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     pipeline = PIPELINES["sampled"]
-    devices = 4 if args.devices is None and not is_cluster_file(args.cluster) else args.devices
-    cases = named_cases(args.graphs, resolve_cluster(args.cluster, devices)) if args.graphs else [
+    cluster = cluster_of_args(args.cluster, args.devices, "--graphs", default=4)
+    cases = named_cases(args.graphs, cluster) if args.graphs else [
         c for c in benchmark_cases(args.data, kinds=("OperatorGraphs",))
         if args.match is None or args.match in c.file
     ]  # fmt: skip

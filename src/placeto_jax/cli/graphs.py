@@ -6,8 +6,7 @@ import argparse
 import json
 
 from placeto_jax.cli.format import list_text, show_json, show_text, stats_json
-from placeto_jax.cli.options import add_cluster_option
-from placeto_jax.cluster import is_cluster_file, resolve_cluster
+from placeto_jax.cli.options import add_cluster_option, cluster_of_args
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.io import save_graph
 from placeto_jax.graphs.registry import BUILTIN_GRAPHS, names, resolve_graph
@@ -75,8 +74,7 @@ def _op_count(name: str, graph: Graph) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    devices = None if is_cluster_file(args.cluster) else 1
-    cluster = resolve_cluster(args.cluster, devices)  # a bad cluster fails before the graph
+    cluster = cluster_of_args(args.cluster, None, "graphs show", default=1)  # before the graph
     doc = show_json(args.graph, resolve_graph(args.graph), cluster)
     print(json.dumps(doc) if args.json else show_text(doc))
     return 0

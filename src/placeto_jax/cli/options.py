@@ -26,16 +26,18 @@ def add_cluster_option(
     )
 
 
-def cluster_of_args(spec: str | None, devices: int | None, who: str):
-    """The `Cluster` of `--cluster SPEC` (default placeto-k80) and `--devices`, which a preset
-    needs (`who` names what needs it in the error) and a file may leave out."""
+def cluster_of_args(spec: str | None, devices: int | None, who: str, default: int | None = None):
+    """The `Cluster` of `--cluster SPEC` (default placeto-k80) and `--devices`: a file gives
+    its own count, a preset needs one (`default`, else an error naming `who`)."""
     from placeto_jax.cluster import PRESETS, resolve_cluster
 
     spec = spec or DEFAULT_CLUSTER
-    if devices is None and spec in PRESETS:
-        raise ValueError(f"{who} needs --devices (or --cluster FILE)")
     if devices is not None and devices < 1:
         raise ValueError(f"--devices must be at least 1, got {devices}")
+    if devices is None and spec in PRESETS:
+        if default is None:
+            raise ValueError(f"{who} needs --devices (or --cluster FILE)")
+        devices = default
     return resolve_cluster(spec, devices)
 
 

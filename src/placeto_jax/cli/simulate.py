@@ -14,7 +14,6 @@ import numpy as np
 import placeto_jax as pj
 from placeto_jax.cli.format import DemoRow, batch_text, demo_text, report_json, report_text
 from placeto_jax.cli.options import add_cluster_option, add_seed_option, cluster_of_args
-from placeto_jax.cluster import is_cluster_file
 from placeto_jax.graphs.placements import load_placement
 from placeto_jax.graphs.registry import BUILTIN_GRAPHS, resolve_graph
 from placeto_jax.placers import PLACERS, random_batch
@@ -80,10 +79,10 @@ def add_simulate_commands(commands) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    graph = resolve_graph(args.graph)
-    cluster = cluster_of_args(args.cluster, args.devices, "simulate")
+    cluster = cluster_of_args(args.cluster, args.devices, "simulate")  # before the graph
     if args.no_broadcast:
         cluster = dataclasses.replace(cluster, broadcast=False)
+    graph = resolve_graph(args.graph)
     if args.placement:
         placement = load_placement(args.placement, graph, cluster.n_devices)
         source = f"file {args.placement}"
@@ -116,8 +115,7 @@ def _demo(args: argparse.Namespace) -> int:
             f"--batch {args.batch} x {graph.n_ops} ops is more than the {MAX_DEMO_CELLS:,} "
             "placement entries one call simulates here; give a smaller --batch"
         )
-    devices = 4 if args.devices is None and not is_cluster_file(args.cluster) else args.devices
-    cluster = cluster_of_args(args.cluster, devices, "demo")
+    cluster = cluster_of_args(args.cluster, args.devices, "demo", default=4)
     key, batch_key = jax.random.split(jax.random.key(args.seed))
     rows = []
     for name in ("single", "round-robin", "random"):
