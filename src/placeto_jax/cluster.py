@@ -127,16 +127,11 @@ class Cluster:
 
     def document(self) -> dict:
         """The cluster as a cluster file's JSON object (`from_document` reads it back)."""
-        return {
-            "name": self.name,
-            "n_devices": self.n_devices,
-            "speed": list(self.speed),
-            "memory_gb": [m / GB for m in self.memory],
-            "bandwidth_gb_per_s": [b / GBPS for b in self.bandwidth],
-            "delta1_us": self.delta1,
-            "delta2_us": self.delta2,
-            "broadcast": self.broadcast,
-        }
+        doc: dict = {"name": self.name, "n_devices": self.n_devices}
+        for key, (field, unit) in FILE_UNITS.items():
+            value = getattr(self, field)
+            doc[key] = [v / unit for v in value] if isinstance(value, tuple) else value / unit
+        return {**doc, "broadcast": self.broadcast}
 
     @classmethod
     def from_document(cls, doc: object, source: str = "cluster") -> Cluster:
@@ -160,8 +155,8 @@ class Cluster:
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"{source}: name must be a non-empty string, not {name!r}")
         values = dict(PRESETS[base])
-        for key, (field, unit) in FILE_KEYS.items():
-            if field is not None and key in doc:
+        for key, (field, unit) in FILE_UNITS.items():
+            if key in doc:
                 values[field] = _scaled(doc[key], unit)
         if "broadcast" in doc and not isinstance(doc["broadcast"], bool):
             raise ValueError(f"{source}: broadcast must be true or false, not {doc['broadcast']!r}")
@@ -213,18 +208,15 @@ PRESETS: dict[str, dict] = {
 }
 
 
-# key of a cluster file -> (Cluster field, factor to the field's unit); None: not a field
-FILE_KEYS: dict[str, tuple[str | None, float]] = {
-    "name": (None, 1.0),
-    "preset": (None, 1.0),
-    "n_devices": (None, 1.0),
+# key of a cluster file -> (the Cluster field it sets, that field's unit in the file's)
+FILE_UNITS: dict[str, tuple[str, float]] = {
     "speed": ("speed", 1.0),
     "memory_gb": ("memory", GB),
     "bandwidth_gb_per_s": ("bandwidth", GBPS),
     "delta1_us": ("delta1", 1.0),
     "delta2_us": ("delta2", 1.0),
-    "broadcast": (None, 1.0),
 }
+FILE_KEYS = ("name", "preset", "n_devices", *FILE_UNITS, "broadcast")
 
 
 def _scaled(value: object, unit: float) -> object:
