@@ -311,7 +311,7 @@ def test_ablations_write_every_variants_evaluations_over_its_seeds(tmp_path, mon
     monkeypatch.setattr(ablations, "VARIANTS", ablations.VARIANTS[:2])
     trained = iter([np.array([90, 91]), np.array([100, 103])])  # per seed (`sweep.Runs`)
 
-    def fake_train_points(config, points, seeds, graphs):
+    def fake_train_points(config, points, seeds, graphs, cluster):
         ones = np.ones((1, seeds, len(graphs)))
         return sweep.Runs(None, np.ones((1, seeds, 4)), ones, ones, 2 * ones, next(trained)[None])
 

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from placeto_jax import Graph
+from placeto_jax import Cluster, Graph, simulate, write_cluster
 from placeto_jax.cli.sweep import add_sweep_command
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
@@ -23,6 +23,9 @@ from placeto_jax.rl.train import make_train
 
 GRAPH = Graph.from_edges([100.0] * 6, [1e5] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
 SMALL = ["train.iterations=3", "train.episodes=4", "policy.rounds=1", "run.buckets=8"]
+
+
+K80S = Cluster.preset("placeto-k80", 2)
 
 
 def base() -> object:
@@ -97,9 +100,9 @@ def test_bad_grids_are_refused(grid, message):
 
 def test_bad_seeds_fail_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="--seeds must be at least 1"):
-        sweep.run_sweep("no-such-graph.json", 2, {"lr": ["1e-3"]}, 0, None, tmp_path)
+        sweep.run_sweep("no-such-graph.json", K80S, {"lr": ["1e-3"]}, 0, None, tmp_path)
     with pytest.raises(ValueError, match="unknown sweep key"):
-        sweep.run_sweep("no-such-graph.json", 2, {"nope": ["1"]}, 1, None, tmp_path)
+        sweep.run_sweep("no-such-graph.json", K80S, {"nope": ["1"]}, 1, None, tmp_path)
     assert not any(tmp_path.iterdir())
 
 
@@ -119,7 +122,7 @@ def test_the_command_parses_into_run_sweep_arguments(monkeypatch, tmp_path, caps
 
     monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
     assert args.command(args) == 0
-    assert seen["args"] == ("g", 2, {"lr": ["1", "2"]}, 3, None, "results", None)
+    assert seen["args"] == ("g", K80S, {"lr": ["1", "2"]}, 3, None, "results", None)
     assert seen["kwargs"] == {"progress": True, "quick": True}
     assert "the report" in capsys.readouterr().out
 
@@ -134,14 +137,14 @@ def test_each_group_target_of_a_grid_coarsens_the_graphs_again(tmp_path, monkeyp
     monkeypatch.setattr(sweep, "base_config", lambda *_: base())
     nodes = {}
 
-    def fake_run_grid(base_config, points, seeds, graphs_of, progress):
+    def fake_run_grid(base_config, points, seeds, graphs_of, cluster, progress):
         for point in points:
             nodes[point.config.run.group_target] = graphs_of(point.config)[0].graph.n_ops
         raise Stop
 
     monkeypatch.setattr(sweep, "run_grid", fake_run_grid)
     with pytest.raises(Stop):
-        sweep.run_sweep(str(path), 2, {"run.group_target": [0, 2, 3]}, 1, None, tmp_path)
+        sweep.run_sweep(str(path), K80S, {"run.group_target": [0, 2, 3]}, 1, None, tmp_path)
     assert nodes == {0: 6, 2: 2, 3: 3}
 
 
@@ -154,7 +157,7 @@ def grid_runs():
         config,
         points,
         graphs,
-        sweep.run_grid(config, points, 2, lambda _: graphs, progress=False),
+        sweep.run_grid(config, points, 2, lambda _: graphs, K80S, progress=False),
     )
 
 
@@ -201,7 +204,7 @@ def test_a_sweep_writes_its_report_with_the_best_row_first(tmp_path, monkeypatch
     save_graph(GRAPH, path)
     monkeypatch.setattr(sweep, "base_config", lambda *_: base())
     grid = {"lr": ["1e-3", "3e-2"]}
-    readme = sweep.run_sweep(str(path), 2, grid, 2, None, tmp_path / "out", "s", progress=False)
+    readme = sweep.run_sweep(str(path), K80S, grid, 2, None, tmp_path / "out", "s", progress=False)
     assert readme == tmp_path / "out" / "s" / "README.md"
     for name in ("sweep.csv", "sweep.json", "curves.png", "header.json"):
         assert (readme.parent / name).stat().st_size > 0
@@ -225,3 +228,61 @@ def test_training_simulations_count_each_episode_on_the_graph_it_plays():
         config = make_config(None, SMALL + extra, n_devices=2)  # 72: updates 0, 2 on six, 1 three
         run = make_train(config, build_bank(graphs, config.run.buckets), cluster_of(config))
         assert sweep.training_simulations(run, graphs) == expected
+
+
+def test_the_command_reads_a_cluster_file_and_its_device_count(monkeypatch, tmp_path):
+    rig = Cluster(n_devices=3, speed=(1.0, 2.0, 2.0), memory=8e9, name="rig")
+    write_cluster(tmp_path / "rig.json", rig)
+    parser = argparse.ArgumentParser()
+    add_sweep_command(parser.add_subparsers())
+    seen = {}
+
+    def fake_run_sweep(graphs, cluster, *a, **k):
+        seen["cluster"] = cluster
+        raise Stop
+
+    monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
+    args = parser.parse_args(["sweep", "--graphs", "g", "--cluster", str(tmp_path / "rig.json")])
+    with pytest.raises(Stop):
+        args.command(args)
+    assert seen["cluster"] == rig
+    for argv, message in (([], "sweep needs --devices"), (["--devices", "0"], "at least 1")):
+        args = parser.parse_args(["sweep", "--graphs", "g", *argv])
+        with pytest.raises(ValueError, match=message):
+            args.command(args)
+
+
+def test_a_sweep_on_a_custom_cluster_trains_and_scores_on_it(tmp_path, monkeypatch):
+    # four times faster devices: every simulated makespan is the custom cluster's, which
+    # `pj.simulate` gives independently for the single-device placement and the greedy one
+    fast = Cluster(n_devices=2, speed=4.0, name="fast")
+    path = tmp_path / "g.json"
+    save_graph(GRAPH, path)
+    monkeypatch.setattr(
+        sweep, "base_config", lambda preset, cluster, quick: make_config(
+            None, SMALL, n_devices=cluster.n_devices, cluster_preset=cluster.preset_name())
+    )  # fmt: skip
+    seen = {}
+    real = sweep.train_points
+
+    def spy(static, points, seeds, graphs, cluster):
+        seen["static"], seen["cluster"] = static, cluster
+        return real(static, points, seeds, graphs, cluster)
+
+    monkeypatch.setattr(sweep, "train_points", spy)
+    readme = sweep.run_sweep(str(path), fast, {"lr": ["1e-2"]}, 1, None, tmp_path, "s",
+                             progress=False)  # fmt: skip
+    assert seen["static"].cluster_preset == "custom" and seen["cluster"] == fast
+    row = json.loads((readme.parent / "sweep.json").read_text())[0]
+    single = simulate(GRAPH, fast, np.zeros(6, np.int64)).makespan
+    assert single == pytest.approx(6 * 25.0 + 5 * 5.7)  # six 100 µs ops at speed 4, delta1
+    assert row["makespan_ms"] * 1e3 * row["speedup_vs_single"] == pytest.approx(single)
+    assert row["makespan_ms"] * 1e3 >= 3 * 25.0  # a chain of three ops at least
+    header = json.loads((readme.parent / "header.json").read_text())
+    assert Cluster.from_document(header["config"]["cluster"]) == fast
+
+
+def test_a_construct_preset_is_refused_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="sweep trains the paper agent; preset 'construct'"):
+        sweep.run_sweep("no-such-graph.json", K80S, {"lr": ["1e-3"]}, 1, "construct", tmp_path)
+    assert not any(tmp_path.iterdir())

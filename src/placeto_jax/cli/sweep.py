@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from placeto_jax.cli.options import add_cluster_option, cluster_of_args
 from placeto_jax.config import PRESETS
 from placeto_jax.reproduce import sweep as experiment
 
@@ -19,7 +20,10 @@ def add_sweep_command(commands) -> None:
         "only in lr/entropy run vmapped in one compiled program.",
     )
     sweep.add_argument("--graphs", required=True, metavar="NAME[,NAME...]", help="graphs")
-    sweep.add_argument("--devices", type=int, required=True, metavar="D", help="device count")
+    sweep.add_argument(
+        "--devices", type=int, default=None, metavar="D", help="device count (a file gives its own)"
+    )
+    add_cluster_option(sweep)
     sweep.add_argument("--preset", choices=sorted(PRESETS), default=None, help="config preset")
     sweep.add_argument(
         "--set",
@@ -41,9 +45,10 @@ def add_sweep_command(commands) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    cluster = cluster_of_args(args.cluster, args.devices, "sweep")  # before any work
     readme = experiment.run_sweep(
         args.graphs,
-        args.devices,
+        cluster,
         experiment.parse_grid(args.set),
         args.seeds,
         args.preset,

@@ -27,7 +27,7 @@ from placeto_jax.reproduce.sweep import (
     evaluation_row,
     train_points,
 )
-from placeto_jax.rl.loop import load_graphs
+from placeto_jax.rl.loop import cluster_of, load_graphs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,14 +76,15 @@ def run_ablations(out_root: str | Path, quick: bool, progress: bool = True) -> P
     """Train every variant (seeds vmapped), write results/ablations/, return the README's path."""
     settings = QUICK if quick else FULL
     configs = [variant_config(settings, v) for v in VARIANTS]  # every config checked first
-    graphs = load_graphs(settings.graph, configs[0])
+    cluster = cluster_of(configs[0])
+    graphs = load_graphs(settings.graph, configs[0], cluster)
     recorder = Recorder(out_root, "ablations", "quick" if quick else "full")
     runs = []
     for variant, config in tqdm(
         list(zip(VARIANTS, configs, strict=True)), desc="ablations", disable=not progress
     ):
         point = Point((("variant", variant.name),), config)
-        runs.append(train_points(config, [point], settings.seeds, graphs).point(0))
+        runs.append(train_points(config, [point], settings.seeds, graphs, cluster).point(0))
     recorder.table(
         "ablations",
         "Final makespans per variant",

@@ -33,7 +33,7 @@ from placeto_jax.plotting import draw_sweep_curves
 from placeto_jax.reproduce.output import EVALUATIONS, Recorder
 from placeto_jax.reproduce.placeto import simulations
 from placeto_jax.rl.evaluate import Placement, rank_visited
-from placeto_jax.rl.loop import cluster_of, load_graphs
+from placeto_jax.rl.loop import load_graphs
 from placeto_jax.rl.train import Hyper, Train, make_train
 
 ALIASES = {"lr": "train.learning_rate", "entropy": "train.entropy"}
@@ -194,10 +194,14 @@ def point_hypers(points: Sequence[Point], seeds: int) -> Hyper:
 
 
 def train_points(
-    static: Config, points: Sequence[Point], seeds: int, graphs: list[PlacementGraph]
+    static: Config,
+    points: Sequence[Point],
+    seeds: int,
+    graphs: list[PlacementGraph],
+    cluster: Cluster,
 ) -> Runs:
-    """Train every (point, seed) of one static config as one vmapped program; evaluate."""
-    cluster = cluster_of(static)
+    """Train every (point, seed) of one static config as one vmapped program on `cluster`;
+    evaluate."""
     run = make_train(static, build_bank(graphs, static.run.buckets), cluster)
     n_points = len(points)
     states, metrics = jax.jit(jax.vmap(run.run))(
@@ -254,15 +258,16 @@ def run_grid(
     points: Sequence[Point],
     seeds: int,
     graphs_of: Callable[[Config], list[PlacementGraph]],
+    cluster: Cluster,
     progress: bool = True,
 ) -> list[Runs]:
-    """[P] the trained runs of every point, on `graphs_of(its config)`: one compiled program
-    per static config."""
+    """[P] the trained runs of every point, on `graphs_of(its config)` and `cluster`: one
+    compiled program per static config."""
     found: dict[int, Runs] = {}
     with tqdm(total=len(points), desc="sweep", unit="point", disable=not progress) as bar:
         for static, members in group_points(points, base).items():
             chosen = [points[i] for i in members]
-            runs = train_points(static, chosen, seeds, graphs_of(static))
+            runs = train_points(static, chosen, seeds, graphs_of(static), cluster)
             for j, i in enumerate(members):
                 found[i] = runs.point(j)
             bar.update(len(members))
@@ -301,18 +306,26 @@ def evaluation_row(
     return row | {n: int(r.evaluations.sum()) for n, r in zip(names, runs, strict=True)}
 
 
-def base_config(preset: str | None, devices: int, quick: bool) -> Config:
-    """The sweep's base: the preset (tiny when quick and none is given), with the quick sizes."""
-    if devices < 1:
-        raise ValueError(f"--devices must be at least 1, got {devices}")
-    if quick:
-        return make_config(preset or "tiny", list(QUICK), n_devices=devices)
-    return make_config(preset, [], n_devices=devices)
+def base_config(preset: str | None, cluster: Cluster, quick: bool) -> Config:
+    """The sweep's base on `cluster`: the preset (tiny when quick and none is given), with the
+    quick sizes."""
+    where = {"n_devices": cluster.n_devices, "cluster_preset": cluster.preset_name()}
+    config = (
+        make_config(preset or "tiny", list(QUICK), **where)
+        if quick
+        else make_config(preset, [], **where)
+    )
+    if config.agent != "paper":
+        raise ValueError(
+            f"sweep trains the paper agent; preset {preset!r} is the {config.agent} agent's "
+            "(train it with `placeto-jax train --preset`)"
+        )
+    return config
 
 
 def run_sweep(
     graphs: str,
-    devices: int,
+    cluster: Cluster,
     grid: Mapping[str, Sequence[Any]],
     seeds: int,
     preset: str | None,
@@ -321,17 +334,18 @@ def run_sweep(
     progress: bool = True,
     quick: bool = False,
 ) -> Path:
-    """Train every grid point x seed on `graphs`, write results/<name or sweep>/, return the
-    README's path. Every input is checked before any training."""
+    """Train every grid point x seed on `graphs` placed on `cluster`, write
+    results/<name or sweep>/, return the README's path. Every input is checked before any
+    training."""
     if seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {seeds}")
-    base = base_config(preset, devices, quick)
+    base = base_config(preset, cluster, quick)
     points = grid_points(base, grid)
     prepared = {  # coarsened once per run.group_target in the grid
-        p.config.run.group_target: load_graphs(graphs, p.config) for p in points
+        p.config.run.group_target: load_graphs(graphs, p.config, cluster) for p in points
     }
     recorder = Recorder(out_root, name or "sweep", "quick" if quick else "full")
-    runs = run_grid(base, points, seeds, lambda c: prepared[c.run.group_target], progress)
+    runs = run_grid(base, points, seeds, lambda c: prepared[c.run.group_target], cluster, progress)
     rows = summary_rows(points, runs)
     recorder.table(
         "sweep",
@@ -358,7 +372,8 @@ def run_sweep(
     return recorder.finish(
         {
             "graphs": graphs,
-            "devices": devices,
+            "devices": cluster.n_devices,
+            "cluster": cluster.document(),
             "preset": preset,
             "quick": quick,
             "grid": {k: list(v) for k, v in grid.items()},
