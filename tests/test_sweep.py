@@ -10,16 +10,20 @@ import jax
 import numpy as np
 import pytest
 
+import placeto_jax as pj
 from placeto_jax import Cluster, Graph, simulate, write_cluster
 from placeto_jax.cli.sweep import add_sweep_command
 from placeto_jax.config import make_config
 from placeto_jax.env import prepare
 from placeto_jax.env.bank import build_bank
 from placeto_jax.graphs.io import save_graph
+from placeto_jax.graphs.registry import resolve_graph
+from placeto_jax.placers import run_method
 from placeto_jax.reproduce import sweep
 from placeto_jax.rl.evaluate import place_with
 from placeto_jax.rl.loop import cluster_of
 from placeto_jax.rl.train import make_train
+from placeto_jax.stages.teachers import TEACHERS
 
 GRAPH = Graph.from_edges([100.0] * 6, [1e5] * 6, [(0, 1), (1, 2), (3, 4), (4, 5)])
 SMALL = ["train.iterations=3", "train.episodes=4", "policy.rounds=1", "run.buckets=8"]
@@ -282,7 +286,29 @@ def test_a_sweep_on_a_custom_cluster_trains_and_scores_on_it(tmp_path, monkeypat
     assert Cluster.from_document(header["config"]["cluster"]) == fast
 
 
-def test_a_construct_preset_is_refused_before_any_work(tmp_path):
-    with pytest.raises(ValueError, match="sweep trains the paper agent; preset 'construct'"):
-        sweep.run_sweep("no-such-graph.json", K80S, {"lr": ["1e-3"]}, 1, "construct", tmp_path)
-    assert not any(tmp_path.iterdir())
+def test_a_construct_sweep_scores_each_seed_as_train_and_place_do(tmp_path):
+    # seed s of the grid point is the run `pj.train(..., seed=s)` gives, placed by the
+    # `sampled` pipeline with key s (the two seeds place this graph differently); the teacher
+    # is the best of the teacher heuristics
+    spec = "layered:60:1"
+    graph = resolve_graph(spec)
+    grid = {"train.imitation": ["5"]}
+    readme = sweep.run_sweep(spec, K80S, grid, 2, "construct", tmp_path, "c", progress=False)
+    (row,) = json.loads((readme.parent / "sweep.json").read_text())
+    assert set(row) >= {"teacher_ms", "final_imitation_loss", "final_imitation_loss_std"}
+    makespans = []
+    for seed in (0, 1):
+        policy = pj.train(graph, K80S, str(tmp_path / f"run{seed}"), "construct",
+                          ["train.imitation=5"], seed=seed)  # fmt: skip
+        placed = pj.place(graph, K80S, pj.PIPELINES["sampled"], policy, jax.random.key(seed),
+                          compare=False)  # fmt: skip
+        makespans.append(placed.result.makespan)
+    assert makespans[0] != makespans[1]
+    assert row["makespan_ms"] * 1e3 == pytest.approx(np.mean(makespans))
+    assert row["makespan_std_ms"] * 1e3 == pytest.approx(np.std(makespans))
+    single = simulate(graph, K80S, np.zeros(graph.n_ops, np.int64)).makespan
+    assert row["speedup_vs_single"] == pytest.approx(np.mean([single / m for m in makespans]))
+    best = min(run_method(m, graph, K80S, jax.random.key(0)).makespan for m in TEACHERS)
+    assert row["teacher_ms"] * 1e3 == pytest.approx(best)
+    header = json.loads((readme.parent / "header.json").read_text())
+    assert header["config"]["agent"] == "construct" and header["seeds"] == [0, 1]

@@ -261,15 +261,20 @@ def draw_relative_cdf(
     figure.axes[0].legend(fontsize="small")
 
 
-def draw_sweep_curves(figure: Figure, labels: Sequence[str], curves: Sequence[np.ndarray]) -> None:
-    """A sweep's learning curves: the mean over seeds of each point's sampled final runtime
-    (relative to the initial placement) per update, curves [S, U] each, one line per point."""
+def draw_sweep_curves(
+    figure: Figure,
+    labels: Sequence[str],
+    curves: Sequence[np.ndarray],
+    metric: str = "sampled final runtime / initial",
+) -> None:
+    """A sweep's learning curves: the mean over seeds of each point's `metric` per update
+    (curves [S, U] each), one line per point."""
     ax = figure.add_subplot()
     for label, curve in zip(labels, curves, strict=True):
         x = np.arange(1, curve.shape[1] + 1)
         ax.plot(x, curve.mean(axis=0), label=label)
     ax.set_xlabel("update")
-    ax.set_ylabel("sampled final runtime / initial")
+    ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 

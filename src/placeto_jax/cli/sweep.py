@@ -15,9 +15,11 @@ def add_sweep_command(commands) -> None:
     sweep = commands.add_parser(
         "sweep",
         help="train over a grid of hyperparameters and seeds",
-        description="Train Placeto for every combination of the --set values and every seed, "
-        "and write a table (best first) and learning curves to OUT/NAME/. Points differing "
-        "only in lr/entropy run vmapped in one compiled program.",
+        description="Train an agent for every combination of the --set values and every seed, "
+        "and write a table (best first) and learning curves to OUT/NAME/. Paper agent: points "
+        "differing only in lr/entropy run vmapped in one compiled program. Construct agent "
+        "(--preset construct, construct-hinted): one run per point and seed, scored by its own "
+        "placements (the sampled pipeline).",
     )
     sweep.add_argument("--graphs", required=True, metavar="NAME[,NAME...]", help="graphs")
     sweep.add_argument(

@@ -1,4 +1,4 @@
-"""`placeto-jax sweep`: train Placeto over a grid of scalar settings and seeds.
+"""`placeto-jax sweep`: train an agent over a grid of scalar settings and seeds.
 
 Grid points whose configs differ only in the `Hyper` fields (`lr` = `train.learning_rate`,
 `entropy` = `train.entropy`) run together with their seeds as one `jax.jit(jax.vmap(train))`
@@ -10,12 +10,19 @@ schedule (the final rate keeps the base config's final / initial ratio), which i
 Each point is scored by the exact op-graph makespan of a greedy episode of every seed's trained
 policy (visited placements ranked on the op graph, as `rl.evaluate.place_graphs` does) and by
 the sampled episodes' final runtime over the last updates.
+
+The construct agent (`config.agent` "construct") trains each point and seed on its own
+(`construct_grid`: its teachers and imitation updates, as `placeto-jax train` runs them), and
+is scored by its own placements (the `sampled` pipeline) and its imitation loss.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import json
+import tempfile
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,14 +34,18 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import Config, apply, make_config, to_dict
+from placeto_jax.config import PIPELINES, Config, apply, make_config, to_dict
 from placeto_jax.env.bank import PlacementGraph, build_bank
+from placeto_jax.pipeline import Policy, place_many
 from placeto_jax.plotting import draw_sweep_curves
+from placeto_jax.reproduce import construct
 from placeto_jax.reproduce.output import EVALUATIONS, Recorder
 from placeto_jax.reproduce.placeto import simulations
+from placeto_jax.rl import construct_loop
 from placeto_jax.rl.evaluate import Placement, rank_visited
 from placeto_jax.rl.loop import load_graphs
 from placeto_jax.rl.train import Hyper, Train, make_train
+from placeto_jax.stages.teachers import config_teachers
 
 ALIASES = {"lr": "train.learning_rate", "entropy": "train.entropy"}
 SECTIONS = ("env", "policy", "train", "run")
@@ -42,6 +53,18 @@ TAIL_FRACTION = 0.1  # the last updates whose train/final_runtime scores a run
 MS = 1e3  # µs
 # Quick (CPU) sizes under any grid: the tiny preset on a graph coarsened to 24 groups.
 QUICK = ("run.group_target=24", "train.episodes=16", "train.iterations=40")
+# What each agent's curves and rows hold: (curve metric, its column, its label, start column).
+SCORES = {
+    "paper": ("train/final_runtime", "final_runtime", "sampled final runtime / initial",
+              "initial_ms"),
+    "construct": ("train/imitation_loss", "final_imitation_loss", "imitation loss",
+                  "teacher_ms"),
+}  # fmt: skip
+COUNTED = {  # what an agent's evaluations hold beyond `EVALUATIONS`
+    "paper": "",
+    "construct": "Construct: its teachers' simulations, its training's (self-imitation "
+    "episodes, greedy evaluations) and its placements' (greedy + sampled episodes).",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +87,12 @@ class Runs:
     [S, ...] for one point."""
 
     params: Any  # policy parameters, leaves [P, S, ...]
-    curves: np.ndarray  # [P, S, iterations] train/final_runtime (fraction of the initial)
+    curves: np.ndarray  # [P, S, updates] the agent's `SCORES` metric per update (paper:
+    #                     train/final_runtime, a fraction of the initial; construct: imitation loss)
     makespans: np.ndarray  # [P, S, G] µs, exact op-graph makespan of the greedy placement
+    #                        (construct: of the `sampled` pipeline's placement)
     initial: np.ndarray  # [P, S, G] µs, that of the greedy episode's initial placement
+    #                      (construct: of the teacher it imitated)
     single: np.ndarray  # [P, S, G] µs, that of every op on one device
     evaluations: np.ndarray  # [P, S] int64 simulations each seed ran: its training episodes'
     #                          (`training_simulations`) and its greedy placements' (`simulations`)
@@ -274,9 +300,58 @@ def run_grid(
     return [found[i] for i in range(len(points))]
 
 
+def construct_grid(
+    points: Sequence[Point],
+    seeds: int,
+    graphs_of: Callable[[Config], list[PlacementGraph]],
+    cluster: Cluster,
+    progress: bool = True,
+) -> list[Runs]:
+    """[P] the construct agent's runs of every point, each seed trained on its own from seed s
+    (no vmap: a run's cost is its teachers' and updates') on the op graphs of `graphs_of(its
+    config)`."""
+    runs = []
+    with tqdm(total=len(points) * seeds, desc="sweep", unit="run", disable=not progress) as bar:
+        for point in points:
+            named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs_of(point.config)]
+            per_seed = []
+            for seed in range(seeds):
+                config = dataclasses.replace(point.config, seed=seed)
+                per_seed.append(construct_run(config, named, cluster))
+                bar.update(1)
+            fields = zip(*per_seed, strict=True)  # each field over the seeds
+            runs.append(Runs(*(jax.tree.map(lambda *x: np.stack(x), *f) for f in fields)))
+    return runs
+
+
+def construct_run(config: Config, named: list[tuple[str, Any]], cluster: Cluster) -> tuple:
+    """One construct run of `config` (in a temporary workdir) as `Runs` fields without the seed
+    axis: its parameters, imitation loss per update, its own placements' makespans (the
+    `sampled` pipeline, key `config.seed`), its teachers', the single device's, and every
+    simulation of its teachers, training and placing."""
+    taught = config_teachers(config, named, cluster)
+    with tempfile.TemporaryDirectory(prefix="sweep-construct-") as workdir:
+        state = construct_loop.train_in(config, named, cluster, workdir, taught, progress=False)
+        with open(Path(workdir) / "metrics.jsonl", encoding="utf-8") as lines:
+            curve = [json.loads(line)[SCORES["construct"][0]] for line in lines]
+    policy = Policy(config, state.params, target=cluster)
+    placed = place_many(named, cluster, PIPELINES["sampled"], policy, jax.random.key(config.seed),
+                        compare=False)  # fmt: skip
+    spent = sum(t.evaluations for t in taught) + sum(p.evaluations for p in placed)
+    return (
+        state.params,
+        np.asarray(curve, np.float32),
+        np.array([p.result.makespan for p in placed]),
+        np.array([t.makespan for t in taught]),
+        np.array([p.result.single_device_makespan for p in placed]),
+        np.int64(spent + construct.training_simulations(config, len(named))),
+    )
+
+
 # ---------------------------------------------------------------------- results
 def summary_rows(points: Sequence[Point], runs: Sequence[Runs]) -> list[dict[str, Any]]:
-    """One row per point, best (lowest mean greedy makespan) first."""
+    """One row per point, best (lowest mean makespan) first; columns by the agent (`SCORES`)."""
+    _, column, _, start = SCORES[points[0].config.agent]
     rows = []
     for point, run in zip(points, runs, strict=True):
         per_seed = run.makespans.mean(axis=1)  # [S] mean over graphs, µs
@@ -289,10 +364,10 @@ def summary_rows(points: Sequence[Point], runs: Sequence[Runs]) -> list[dict[str
                 **dict(point.settings),
                 "makespan_ms": float(per_seed.mean() / MS),
                 "makespan_std_ms": float(per_seed.std() / MS),
-                "initial_ms": float(run.initial.mean() / MS),
+                start: float(run.initial.mean() / MS),
                 "speedup_vs_single": float(speedup.mean()),
-                "final_runtime": float(final.mean()),
-                "final_runtime_std": float(final.std()),
+                column: float(final.mean()),
+                f"{column}_std": float(final.std()),
             }
         )
     rows.sort(key=lambda r: r["makespan_ms"])
@@ -310,17 +385,9 @@ def base_config(preset: str | None, cluster: Cluster, quick: bool) -> Config:
     """The sweep's base on `cluster`: the preset (tiny when quick and none is given), with the
     quick sizes."""
     where = {"n_devices": cluster.n_devices, "cluster_preset": cluster.preset_name()}
-    config = (
-        make_config(preset or "tiny", list(QUICK), **where)
-        if quick
-        else make_config(preset, [], **where)
-    )
-    if config.agent != "paper":
-        raise ValueError(
-            f"sweep trains the paper agent; preset {preset!r} is the {config.agent} agent's "
-            "(train it with `placeto-jax train --preset`)"
-        )
-    return config
+    if quick:
+        return make_config(preset or "tiny", list(QUICK), **where)
+    return make_config(preset, [], **where)
 
 
 def run_sweep(
@@ -345,28 +412,31 @@ def run_sweep(
         p.config.run.group_target: load_graphs(graphs, p.config, cluster) for p in points
     }
     recorder = Recorder(out_root, name or "sweep", "quick" if quick else "full")
-    runs = run_grid(base, points, seeds, lambda c: prepared[c.run.group_target], cluster, progress)
+    grid_of = construct_grid if base.agent == "construct" else functools.partial(run_grid, base)
+    runs = grid_of(points, seeds, lambda c: prepared[c.run.group_target], cluster, progress)
     rows = summary_rows(points, runs)
+    _, column, label, _ = SCORES[base.agent]
+    placed = "greedy placement" if base.agent == "paper" else "own placement (`sampled` pipeline)"
     recorder.table(
         "sweep",
         "Grid points, best first",
         rows,
         note=f"Best: **{rows[0]['setting']}**. makespan: exact op-graph makespan of the "
-        "greedy placement (mean over graphs, then mean and std over seeds); final_runtime: "
-        f"sampled episodes' final runtime / initial over the last {TAIL_FRACTION:.0%} of the "
-        "updates.",
+        f"policy's {placed} (mean over graphs, then mean and std over seeds); {column}: "
+        f"{label} over the last {TAIL_FRACTION:.0%} of the updates.",
     )
     recorder.table(
         "evaluations",
         "Simulator evaluations per method",
         [evaluation_row({"graphs": graphs}, [p.label or "(base config)" for p in points], runs)],
-        note=f"{EVALUATIONS} Per grid point: its {seeds} seeds' together, on every graph.",
+        note=f"{EVALUATIONS} {COUNTED[base.agent]} Per grid point: its {seeds} seeds' "
+        "together, on every graph.",
     )
     recorder.figure(
         "curves",
         "Learning curves (mean over seeds)",
         lambda fig: draw_sweep_curves(
-            fig, [p.label or "(base config)" for p in points], [r.curves for r in runs]
+            fig, [p.label or "(base config)" for p in points], [r.curves for r in runs], label
         ),
     )
     return recorder.finish(
@@ -377,7 +447,8 @@ def run_sweep(
             "preset": preset,
             "quick": quick,
             "grid": {k: list(v) for k, v in grid.items()},
-            "programs": len(group_points(points, base)),
+            "agent": base.agent,
+            "programs": len(group_points(points, base)) if base.agent == "paper" else None,
             "base": to_dict(base),
         },
         list(range(seeds)),
