@@ -312,3 +312,10 @@ def test_a_construct_sweep_scores_each_seed_as_train_and_place_do(tmp_path):
     assert row["teacher_ms"] * 1e3 == pytest.approx(best)
     header = json.loads((readme.parent / "header.json").read_text())
     assert header["config"]["agent"] == "construct" and header["seeds"] == [0, 1]
+
+
+def test_quick_sizes_are_refused_for_the_construct_agent_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match=r"--quick sizes the paper agent .* preset 'construct'"):
+        sweep.run_sweep("g.json", K80S, {"lr": ["1e-3"]}, 1, "construct", tmp_path, quick=True)
+    assert not any(tmp_path.iterdir())
+    assert sweep.base_config(None, K80S, True).run.group_target == 24  # tiny, quick sizes

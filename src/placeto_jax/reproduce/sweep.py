@@ -385,9 +385,15 @@ def base_config(preset: str | None, cluster: Cluster, quick: bool) -> Config:
     """The sweep's base on `cluster`: the preset (tiny when quick and none is given), with the
     quick sizes."""
     where = {"n_devices": cluster.n_devices, "cluster_preset": cluster.preset_name()}
-    if quick:
-        return make_config(preset or "tiny", list(QUICK), **where)
-    return make_config(preset, [], **where)
+    if not quick:
+        return make_config(preset, [], **where)
+    config = make_config(preset or "tiny", list(QUICK), **where)
+    if config.agent != "paper":
+        raise ValueError(
+            f"--quick sizes the paper agent ({' '.join(QUICK)}); preset {preset!r} is the "
+            f"{config.agent} agent's, CPU-sized already"
+        )
+    return config
 
 
 def run_sweep(
