@@ -12,14 +12,13 @@ policy (visited placements ranked on the op graph, as `rl.evaluate.place_graphs`
 the sampled episodes' final runtime over the last updates.
 
 The construct agent (`config.agent` "construct") trains each point and seed on its own
-(`construct_grid`: its teachers and imitation updates, as `placeto-jax train` runs them), and
+(`construct_point`: its teachers and imitation updates, as `placeto-jax train` runs them), and
 is scored by its own placements (the `sampled` pipeline) and its imitation loss.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import json
 import tempfile
@@ -287,8 +286,12 @@ def run_grid(
     cluster: Cluster,
     progress: bool = True,
 ) -> list[Runs]:
-    """[P] the trained runs of every point, on `graphs_of(its config)` and `cluster`: one
-    compiled program per static config."""
+    """[P] the trained runs of every point, on `graphs_of(its config)` and `cluster`: the paper
+    agent's as one compiled program per static config, the construct agent's one run per point
+    and seed (`construct_point`)."""
+    if base.agent == "construct":
+        bar = tqdm(points, desc="sweep", unit="point", disable=not progress)
+        return [construct_point(p.config, seeds, graphs_of(p.config), cluster) for p in bar]
     found: dict[int, Runs] = {}
     with tqdm(total=len(points), desc="sweep", unit="point", disable=not progress) as bar:
         for static, members in group_points(points, base).items():
@@ -300,28 +303,16 @@ def run_grid(
     return [found[i] for i in range(len(points))]
 
 
-def construct_grid(
-    points: Sequence[Point],
-    seeds: int,
-    graphs_of: Callable[[Config], list[PlacementGraph]],
-    cluster: Cluster,
-    progress: bool = True,
-) -> list[Runs]:
-    """[P] the construct agent's runs of every point, each seed trained on its own from seed s
-    (no vmap: a run's cost is its teachers' and updates') on the op graphs of `graphs_of(its
-    config)`."""
-    runs = []
-    with tqdm(total=len(points) * seeds, desc="sweep", unit="run", disable=not progress) as bar:
-        for point in points:
-            named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs_of(point.config)]
-            per_seed = []
-            for seed in range(seeds):
-                config = dataclasses.replace(point.config, seed=seed)
-                per_seed.append(construct_run(config, named, cluster))
-                bar.update(1)
-            fields = zip(*per_seed, strict=True)  # each field over the seeds
-            runs.append(Runs(*(jax.tree.map(lambda *x: np.stack(x), *f) for f in fields)))
-    return runs
+def construct_point(
+    config: Config, seeds: int, graphs: list[PlacementGraph], cluster: Cluster
+) -> Runs:
+    """The construct agent's runs of `config` from seeds 0..seeds-1, each trained on its own (no
+    vmap: a run's cost is its teachers' and updates') on the op graphs of `graphs`."""
+    named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs]
+    per_seed = [construct_run(dataclasses.replace(config, seed=s), named, cluster)
+                for s in range(seeds)]  # fmt: skip
+    fields = zip(*per_seed, strict=True)  # each field over the seeds
+    return Runs(*(jax.tree.map(lambda *x: np.stack(x), *f) for f in fields))
 
 
 def construct_run(config: Config, named: list[tuple[str, Any]], cluster: Cluster) -> tuple:
@@ -418,8 +409,7 @@ def run_sweep(
         p.config.run.group_target: load_graphs(graphs, p.config, cluster) for p in points
     }
     recorder = Recorder(out_root, name or "sweep", "quick" if quick else "full")
-    grid_of = construct_grid if base.agent == "construct" else functools.partial(run_grid, base)
-    runs = grid_of(points, seeds, lambda c: prepared[c.run.group_target], cluster, progress)
+    runs = run_grid(base, points, seeds, lambda c: prepared[c.run.group_target], cluster, progress)
     rows = summary_rows(points, runs)
     _, column, label, _ = SCORES[base.agent]
     placed = "greedy placement" if base.agent == "paper" else "own placement (`sampled` pipeline)"
