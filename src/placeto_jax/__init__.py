@@ -17,6 +17,7 @@ _HOMES = {
     "SimResult": "sim.result",
     "load_graph": "graphs",
     "load_placement": "graphs.placements",
+    "makespan_lower_bound": "sim.bound",
     "make_pipeline": "config",
     "place": "pipeline",
     "place_many": "pipeline",
