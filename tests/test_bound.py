@@ -25,6 +25,13 @@ def test_chain_bound_is_the_serial_time():
     assert simulate(graph, K80, [0, 0]).makespan == pytest.approx(155.7)
 
 
+def test_independent_ops_share_the_devices():
+    """4 independent ops of 100 µs on 2 devices: two each, 100 + 5.7 + 100."""
+    graph = Graph.from_edges([100.0] * 4, [0.0] * 4, [])
+    assert makespan_lower_bound(graph, K80) == pytest.approx(205.7)
+    assert _optimum(graph, K80) == pytest.approx(205.7)
+
+
 def test_kernels_count_their_inner_gaps():
     """a runs 3 kernels: 100 + 2 x 5.7 µs, then b; one device: 111.4 + 5.7 + 50."""
     graph = Graph.from_edges([100.0, 50.0], [1.52e6, 0.0], [(0, 1)], kernels=[3, 1])

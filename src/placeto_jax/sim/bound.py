@@ -8,6 +8,7 @@ as fast as the fastest:
 - the parents an op shares its device with run one at a time before it, and the children a parent
   shares its device with run one at a time after it (single-machine bounds: by release time, and
   by Jackson's rule on what remains after each);
+- the devices share the work: its busy time over the number of devices;
 - if a placement reached `target_us`, every edge whose transfer alone would push a path past it
   keeps both ends on one device. Such edges (and co-location classes) tie ops into groups that
   run one at a time, which lengthens the paths; repeated until nothing more is tied.
@@ -59,7 +60,11 @@ def exclusion(graph: Graph, cluster: Cluster, target_us: float) -> Exclusion:
     while True:
         head = _heads(graph, times, group)
         tail = _tails(graph, times, group)
-        bound = max(_path_bound(times, head, tail), _group_bound(times, group, head, tail))
+        bound = max(
+            _path_bound(times, head, tail),
+            _group_bound(times, group, head, tail),
+            _load_bound(times, cluster),
+        )
         tied = _tied_by(graph, times, group, head, tail, above)
         if bound > above or not tied.any():
             break
@@ -206,6 +211,12 @@ def _tails(graph: Graph, times: _Times, group: np.ndarray) -> np.ndarray:
 
 def _path_bound(times: _Times, head: np.ndarray, tail: np.ndarray) -> float:
     return float(np.max(head + times.duration + tail, initial=0.0))
+
+
+def _load_bound(times: _Times, cluster: Cluster) -> float:
+    """µs: the devices share every op's busy time (each device's last gap not counted)."""
+    busy = float(np.sum(times.duration + times.gap)) - cluster.n_devices * cluster.delta1
+    return max(busy / cluster.n_devices, 0.0)
 
 
 def _group_bound(times: _Times, group: np.ndarray, head: np.ndarray, tail: np.ndarray) -> float:
