@@ -117,11 +117,16 @@ def test_no_placement_beats_the_bound(seed):
             assert verdict.bound_us <= reached + 1e-9
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "10"])
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "10", True])
 def test_bad_target_is_named(bad):
     graph = Graph.from_edges([1.0], [0.0], [])
     with pytest.raises(ValueError, match="target_us"):
         exclusion(graph, K80, bad)
+
+
+def test_numpy_targets_are_numbers():
+    graph = Graph.from_edges([1.0], [0.0], [])
+    assert exclusion(graph, K80, np.float32(0.5)).excluded  # the op alone takes 1 µs
 
 
 def test_bad_tolerance_is_named():

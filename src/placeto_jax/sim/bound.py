@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 import numpy as np
 
@@ -52,7 +53,9 @@ class _Times:
 def exclusion(graph: Graph, cluster: Cluster, target_us: float) -> Exclusion:
     """Whether any placement of `graph` on `cluster` can reach `target_us` (module docstring).
     `excluded` is a proof; when it is False the target may still be out of reach."""
-    if not (isinstance(target_us, (int, float)) and target_us > 0 and not math.isnan(target_us)):
+    if isinstance(target_us, bool) or not isinstance(target_us, numbers.Real):
+        raise ValueError(f"target_us must be a positive number of µs, got {target_us!r}")
+    if not (target_us > 0 and not math.isnan(target_us)):
         raise ValueError(f"target_us must be a positive number of µs, got {target_us!r}")
     times = _times(graph, cluster)
     group = _initial_groups(graph, cluster)
@@ -75,7 +78,7 @@ def exclusion(graph: Graph, cluster: Cluster, target_us: float) -> Exclusion:
         excluded=bool(bound > above),
         bound_us=float(bound),
         tied_edges=int(same.sum()),
-        largest_group_ops=int(np.bincount(group).max()) if graph.n_ops else 0,
+        largest_group_ops=int(np.bincount(group).max()),
     )
 
 
