@@ -117,6 +117,36 @@ def test_no_placement_beats_the_bound(seed):
             assert verdict.bound_us <= reached + 1e-9
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_no_placement_beats_the_bound_on_many_graphs(seed):
+    """100 graphs per seed of up to 9 ops with kernels, transfers up to 1,000 µs, and clusters
+    with mixed speeds, bandwidths, gaps and broadcast: every placement simulated."""
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        n = int(rng.integers(3, 10))
+        devices = int(rng.integers(2, 4)) if n <= 7 else 2
+        density = rng.uniform(0.15, 0.6)
+        edges = [(u, v) for v in range(n) for u in range(v) if rng.random() < density]
+        cost = rng.choice([0.0, 1.0, 5.0, 50.0, 100.0, 400.0], n)
+        out_bytes = rng.choice([0.0, 7600.0, 76000.0, 7.6e5, 7.6e6], n)
+        kernels = np.where(cost > 0, rng.choice([1, 1, 2, 5], n), 0)
+        graph = Graph.from_edges(cost, out_bytes, edges, kernels=kernels)
+        cluster = Cluster(
+            devices,
+            speed=tuple(rng.choice([0.5, 1.0, 2.0], devices)),
+            bandwidth=tuple(rng.choice([3800.0, 7600.0, 15200.0], devices)),
+            delta1=float(rng.choice([0.0, 5.7, 20.0])),
+            delta2=float(rng.choice([0.0, 25.0])),
+            broadcast=bool(rng.random() < 0.5),
+        )
+        makespans = _all_makespans(graph, cluster)
+        if makespans.min() <= 0:
+            continue
+        assert makespan_lower_bound(graph, cluster) <= makespans.min() * (1 + 1e-9)
+        for reached in np.unique(makespans)[:3]:
+            assert not exclusion(graph, cluster, float(reached)).excluded
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "10", True])
 def test_bad_target_is_named(bad):
     graph = Graph.from_edges([1.0], [0.0], [])
