@@ -22,7 +22,7 @@ MessagePassing = Literal["radial", "sweep", "none"]
 Baseline = Literal["per-step", "none"]
 Agent = Literal["paper", "construct"]
 ConstructHint = Literal["none", "best"]
-TeacherKind = Literal["best", "searched"]
+TeacherKind = Literal["best", "searched", "descent"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +62,10 @@ class TrainConfig:
     iterations: int = 200  # policy-gradient updates (0: the initial weights are the checkpoint)
     imitation: int = 0  # construct agent: updates imitating the best heuristic's placements first
     teacher: TeacherKind = "best"  # construct agent: what it imitates; "searched": the best
-    #   heuristic improved by local search with random proposals (`stages.teachers`)
-    teacher_passes: int = 1  # construct agent, teacher "searched": the search's passes
+    #   heuristic improved by local search with random proposals (`stages.teachers`);
+    #   "descent": that, then steepest descent over segment moves (`placers.segments`: for
+    #   training on one graph of up to about 1,000 ops)
+    teacher_passes: int = 1  # construct agent, teacher "searched" or "descent": random passes
     temperature: float = 1.0  # construct agent: of the episodes sampled by the `iterations`
     #   self-imitation updates (each graph's best placement so far imitated)
     episodes: int = 64  # parallel episodes per update, spread evenly over its graphs
@@ -301,8 +303,8 @@ def validate(config: Config) -> None:
         ),
         (
             "train.teacher_passes",
-            config.train.teacher == "searched" or config.train.teacher_passes == 1,
-            "is for train.teacher=searched (the best heuristic is not searched)",
+            config.train.teacher != "best" or config.train.teacher_passes == 1,
+            "is for train.teacher=searched or descent (the best heuristic is not searched)",
         ),
         ("train.episodes", config.train.episodes >= 1, "must be >= 1"),
         ("train.graphs_per_update", config.train.graphs_per_update >= 0, "must be >= 0"),

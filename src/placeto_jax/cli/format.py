@@ -309,7 +309,11 @@ def train_text(
         searched = (
             " improved by a search pass" if passes == 1 else f" improved by {passes} search passes"
         )
-        teacher = "the best heuristic" + (searched if config.train.teacher == "searched" else "")
+        descended = searched + " and a segment descent"
+        teacher = (
+            "the best heuristic"
+            + {"best": "", "searched": searched, "descent": descended}[config.train.teacher]
+        )
         return "\n".join([
             f"after {updates} updates ({config.train.imitation} imitating {teacher}, "
             f"{config.train.iterations} self-imitation), on each graph: the policy's own "

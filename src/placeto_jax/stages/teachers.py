@@ -1,7 +1,7 @@
 """What the construct agent imitates first, and the hint it may observe: the best of a few fast
 heuristics on each op graph, or that placement improved by passes of local search
-(`train.teacher` "searched"; `rl/construct_loop.py` takes them as given: the agent does not
-import the placers)."""
+(`train.teacher` "searched"), then by steepest descent over segment moves ("descent").
+`rl/construct_loop.py` takes them as given: the agent does not import the placers."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from placeto_jax.config import Config
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import PlacerResult, fastest_fitting, run_method, simulations
 from placeto_jax.placers.guided import Searched, Units, guided_search
+from placeto_jax.placers.segments import segment_descent
 from placeto_jax.rl.construct_loop import Teacher
 
 TEACHERS = ("metis", "heft", "critical-path", "m-etf", "m-sct")  # the fast heuristics that
@@ -67,8 +68,9 @@ def teachers(
     passes: int = 1,
 ) -> list[Teacher]:
     """Each op graph's best of `TEACHERS`, drawn with key `seed` (improved by `passes` passes
-    of `searched_from` for `kind` "searched", the best heuristic then its declared start), with
-    the simulations that chose it (each method's own, one scoring it, and the search's)."""
+    of `searched_from` for `kind` "searched", then `segment_descent` for "descent"; the best
+    heuristic is then its declared start), with the simulations that chose it (each method's
+    own, one scoring it, and the searches')."""
     out = []
     for _, graph in named:
         key = jax.random.key(seed)
@@ -78,6 +80,8 @@ def teachers(
             out.append(Teacher(best.placement, best.makespan, spent))
             continue
         found = searched_from(graph, cluster, best, jax.random.fold_in(key, 1), passes=passes)
+        if kind == "descent":
+            found = segment_descent(graph, cluster, found)
         out.append(Teacher(found.placement, found.makespan, spent + found.evaluations,
                            start=best.placement))  # fmt: skip
     return out
