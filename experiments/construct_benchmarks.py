@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-graph-set", action="append", default=[], metavar="KEY=VALUE",
                         help="config of the per-graph runs")  # fmt: skip
     parser.add_argument("--match", default=None, help="only files whose path contains this")
+    parser.add_argument("--level", choices=("OperatorGraphs", "LayerGraphs"),
+                        default="OperatorGraphs", help="the folder's graphs to place")  # fmt: skip
     parser.add_argument("--graphs", default=None, help="named graphs instead of the folder's")
     parser.add_argument("--devices", type=int, default=None, help="devices for --graphs (4)")
     parser.add_argument("--cluster", default="placeto-k80", help="preset or file for --graphs")
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = PIPELINES["sampled"]
     cluster = cluster_of_args(args.cluster, args.devices, "--graphs", default=4)
     cases = named_cases(args.graphs, cluster) if args.graphs else [
-        c for c in benchmark_cases(args.data, kinds=("OperatorGraphs",))
+        c for c in benchmark_cases(args.data, kinds=(args.level,))
         if args.match is None or args.match in c.file
     ]  # fmt: skip
     began = time.perf_counter()
