@@ -3,7 +3,8 @@ families' train splits places every operator graph zero-shot, each on its file's
 accelerators, through the place pipeline (`sampled`: greedy + 16 sampled episodes), next to the
 same pipeline with the untrained policy and with uniformly random episodes, and the best fast
 heuristic on the same graph (`--graphs`: named graphs instead, on `--devices` placeto-k80s;
-`zoo-ops:MODEL` is a zoo model's op graph, ungrouped). `--per-graph` adds a policy trained on
+`zoo-ops:MODEL` is a zoo model's op graph, ungrouped; `--level LayerGraphs`: the folder's
+layer graphs). `--per-graph` adds a policy trained on
 each graph alone (imitation of its best teacher, then self-imitation), placed the same way.
 Ratios are of makespans penalised for memory overflow (`sim.ranking.penalised_makespan`): a
 placement that does not fit loses to one that does.
