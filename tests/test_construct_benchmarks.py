@@ -30,18 +30,20 @@ def _operator_file(path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("level", ["OperatorGraphs", "LayerGraphs"])
 def test_an_untrained_checkpoint_places_like_its_control_on_another_device_count(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, level
 ):
     module = experiment("construct_benchmarks", monkeypatch)
-    _operator_file(tmp_path / "data" / "throughput-inputs" / "OperatorGraphs" / "fork.json")
+    _operator_file(tmp_path / "data" / "throughput-inputs" / level / "fork.json")
     config = make_config("construct", ["train.imitation=0"], n_devices=2)  # no update at all
     named = [("chain", Graph.from_edges(cost=[1.0, 2.0], out_bytes=[8, 8], edges=[(0, 1)]))]
     cluster = Cluster.preset("placeto-k80", 2)
     loop.train_in(config, named, cluster, tmp_path / "run", teachers(named, cluster, 0), False)
     out = tmp_path / "out.json"
     argv = ["--data", str(tmp_path / "data"), "--checkpoint", str(tmp_path / "run"),
-            "--per-graph", "--per-graph-set", "train.imitation=2", "--out", str(out)]  # fmt: skip
+            "--per-graph", "--per-graph-set", "train.imitation=2", "--level", level,
+            "--out", str(out)]  # fmt: skip
     assert module.main(argv) == 0
     (row,) = json.loads(out.read_text())["rows"]
     assert row["devices"] == 3 and row["ops"] == 6 and row["evaluations"] == 17
