@@ -82,6 +82,8 @@ def test_the_descent_teacher_starts_where_the_searched_one_ends():
     (searched,) = teachers([("g", graph)], K80, 0, "searched", passes=2)
     (descended,) = teachers([("g", graph)], K80, 0, "descent", passes=2)
     assert descended.makespan <= searched.makespan
+    heuristic = _start(graph, K80, descended.start)  # the other start of the descent
+    assert descended.makespan <= segment_descent(graph, K80, heuristic).makespan
     assert descended.evaluations > searched.evaluations
     assert np.array_equal(descended.start, searched.start)
     assert descended.makespan == pytest.approx(

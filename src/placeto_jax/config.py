@@ -63,8 +63,8 @@ class TrainConfig:
     imitation: int = 0  # construct agent: updates imitating the best heuristic's placements first
     teacher: TeacherKind = "best"  # construct agent: what it imitates; "searched": the best
     #   heuristic improved by local search with random proposals (`stages.teachers`);
-    #   "descent": that, then steepest descent over segment moves (`placers.segments`: for
-    #   training on one graph of up to about 1,000 ops)
+    #   "descent": steepest descent over segment moves from that and from the best heuristic,
+    #   the better kept (`placers.segments`: for training on one graph of up to ~1,000 ops)
     teacher_passes: int = 1  # construct agent, teacher "searched" or "descent": random passes
     temperature: float = 1.0  # construct agent: of the episodes sampled by the `iterations`
     #   self-imitation updates (each graph's best placement so far imitated)

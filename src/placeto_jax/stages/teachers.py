@@ -5,6 +5,7 @@ heuristics on each op graph, or that placement improved by passes of local searc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import jax
@@ -17,6 +18,7 @@ from placeto_jax.placers import PlacerResult, fastest_fitting, run_method, simul
 from placeto_jax.placers.guided import Searched, Units, guided_search
 from placeto_jax.placers.segments import segment_descent
 from placeto_jax.rl.construct_loop import Teacher
+from placeto_jax.sim.ranking import rank_key
 
 TEACHERS = ("metis", "heft", "critical-path", "m-etf", "m-sct")  # the fast heuristics that
 # finish in seconds on 5,000 ops (fit-fastest and m-topo never won a family graph)
@@ -55,9 +57,20 @@ def searched_from(
     per pass drawn from `key` (`placers.guided`)."""
     units = Units.of_ops(graph) if units is None else units
     proposals = jax.random.randint(key, (passes, len(units.order)), 0, cluster.n_devices)
-    current = Searched(start.placement, start.makespan, start.peak_memory, start.fits_memory,
-                       start.overflow)  # fmt: skip
-    return guided_search(graph, cluster, units, current, np.asarray(proposals))
+    return guided_search(graph, cluster, units, _searched(start), np.asarray(proposals))
+
+
+def descended_from(graph: Graph, cluster: Cluster, starts: Sequence[Searched]) -> Searched:
+    """`segment_descent` from each of `starts`: the best-ranked end (the first of equals),
+    with every descent's simulations counted."""
+    ends = [segment_descent(graph, cluster, start) for start in starts]
+    best = min(ends, key=lambda e: rank_key(e.makespan, e.fits_memory, e.overflow))
+    return dataclasses.replace(best, evaluations=sum(e.evaluations for e in ends))
+
+
+def _searched(result: PlacerResult) -> Searched:
+    return Searched(result.placement, result.makespan, result.peak_memory, result.fits_memory,
+                    result.overflow)  # fmt: skip
 
 
 def teachers(
@@ -68,9 +81,9 @@ def teachers(
     passes: int = 1,
 ) -> list[Teacher]:
     """Each op graph's best of `TEACHERS`, drawn with key `seed` (improved by `passes` passes
-    of `searched_from` for `kind` "searched", then `segment_descent` for "descent"; the best
-    heuristic is then its declared start), with the simulations that chose it (each method's
-    own, one scoring it, and the searches')."""
+    of `searched_from` for `kind` "searched"; for "descent", `descended_from` that placement
+    and the best heuristic; the best heuristic is then the declared start), with the
+    simulations that chose it (each method's own, one scoring it, and the searches')."""
     out = []
     for _, graph in named:
         key = jax.random.key(seed)
@@ -81,7 +94,7 @@ def teachers(
             continue
         found = searched_from(graph, cluster, best, jax.random.fold_in(key, 1), passes=passes)
         if kind == "descent":
-            found = segment_descent(graph, cluster, found)
+            found = descended_from(graph, cluster, (found, _searched(best)))
         out.append(Teacher(found.placement, found.makespan, spent + found.evaluations,
                            start=best.placement))  # fmt: skip
     return out
