@@ -1,6 +1,7 @@
 """What the construct agent imitates first, and the hint it may observe: the best of a few fast
 heuristics on each op graph, or that placement improved by passes of local search
-(`train.teacher` "searched"), then by steepest descent over segment moves ("descent").
+(`train.teacher` "searched"), then by steepest descent over segment moves from it and from the
+heuristic, the better kept ("descent").
 `rl/construct_loop.py` takes them as given: the agent does not import the placers."""
 
 from __future__ import annotations
