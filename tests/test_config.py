@@ -36,3 +36,13 @@ def test_unknown_preset_and_keys():
         make_config("huge")
     with pytest.raises(ValueError, match="unknown config key 'extra'"):
         from_dict({**to_dict(Config()), "extra": 1})
+
+
+def test_overrides_apply_together_whatever_their_order():
+    """`--set train.teacher_passes=3 --set train.teacher=searched` is a valid config: the
+    passes need the searched teacher only in the result, not after the first setting."""
+    late = make_config("construct", ["train.teacher_passes=3", "train.teacher=searched"])
+    early = make_config("construct", ["train.teacher=searched", "train.teacher_passes=3"])
+    assert late == early and (late.train.teacher, late.train.teacher_passes) == ("searched", 3)
+    with pytest.raises(ValueError, match=r"train\.teacher_passes is for"):
+        make_config("construct", ["train.teacher_passes=3"])  # the best heuristic: no passes

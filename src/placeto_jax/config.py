@@ -466,22 +466,24 @@ def make_config(preset: str | None = None, overrides: list[str] = (), **top: Any
 
 def apply(config: Config, settings: dict[str, Any]) -> Config:
     """`config` with `section.field` (or top-level `field`) set to each value; strings are parsed
-    to the field's type."""
+    to the field's type. The settings apply together, so the result is validated once, whatever
+    their order."""
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         section, dot, field = key.partition(".")
         if not dot:
-            config = dataclasses.replace(config, **{section: _parse(Config, section, value, key)})
+            top[section] = _parse(Config, section, value, key)
             continue
         if section not in ("env", "policy", "train", "run"):
             raise ValueError(f"unknown config key {key!r}")
         cls = _owner(key)
         if field not in {f.name for f in dataclasses.fields(cls)}:
             raise ValueError(f"unknown config key {key!r}")
-        inner = dataclasses.replace(
-            getattr(config, section), **{field: _parse(cls, field, value, key)}
-        )
-        config = dataclasses.replace(config, **{section: inner})
-    return config
+        sections.setdefault(section, {})[field] = _parse(cls, field, value, key)
+    inner = {name: dataclasses.replace(getattr(config, name), **fields)
+             for name, fields in sections.items()}  # fmt: skip
+    return dataclasses.replace(config, **{**top, **inner})
 
 
 def _parse(cls: type, field: str, value: Any, key: str) -> Any:
