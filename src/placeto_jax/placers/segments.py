@@ -12,13 +12,15 @@ suits graphs of up to about 1,000 ops (a per-graph teacher), not batches of fami
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers.guided import Searched
 from placeto_jax.sim.api import simulate
-from placeto_jax.sim.ranking import memory_overflow, penalised_makespan, rank_key
+from placeto_jax.sim.ranking import MEMORY_PENALTY, memory_overflow, rank_key
 
 RUN_LENGTHS = (1, 2, 3, 4, 6, 8)  # ops per run of the topological order
 MAX_CHAIN_OPS = 8  # ops per linear chain
@@ -71,10 +73,7 @@ def segment_descent(
         ):
             break
         current, kept = best, kept + 1
-    return Searched(
-        current.placement, current.makespan, current.peak_memory, current.fits_memory,
-        current.overflow, kept, evaluations,
-    )  # fmt: skip
+    return dataclasses.replace(current, kept=kept, evaluations=evaluations)
 
 
 def _moved(placement: np.ndarray, moves: list[np.ndarray], n_devices: int) -> np.ndarray:
@@ -101,8 +100,7 @@ def _best_of(graph: Graph, cluster: Cluster, rows: np.ndarray) -> Searched:
         peak.append(out.peak_memory)
     makespan, peak = np.concatenate(makespan), np.concatenate(peak)
     overflow = memory_overflow(peak, cluster)
-    score = penalised_makespan(makespan, peak, cluster)
-    b = int(np.lexsort((score, overflow > 0))[0])
+    b = int(np.lexsort((makespan + MEMORY_PENALTY * overflow, overflow > 0))[0])  # `rank_key`
     return Searched(
         rows[b], float(makespan[b]), peak[b], bool(overflow[b] == 0), float(overflow[b])
     )

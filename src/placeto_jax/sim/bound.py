@@ -19,8 +19,10 @@ If some path or group is then longer than `target_us`, no placement reaches it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
+from collections.abc import Callable
 
 import numpy as np
 
@@ -153,6 +155,19 @@ def _serial_span(ops: np.ndarray, times: _Times, tail: np.ndarray, begin: float)
     return span
 
 
+def _least_over_splits(
+    local: np.ndarray, free: np.ndarray, remote: np.ndarray, serial: Callable[[np.ndarray], float]
+) -> float:
+    """µs: the least, over k, of the longer of `serial` (one device running `local` and the k
+    ops of `free` with the largest `remote` times) and the largest `remote` time left over."""
+    rank = np.argsort(-remote, kind="stable")
+    free, remote = free[rank], remote[rank]
+    return min(
+        max(serial(np.concatenate([local, free[:k]])), remote[k] if k < free.size else 0.0)
+        for k in range(free.size + 1)
+    )
+
+
 def _group_members(group: np.ndarray, packed_rows: np.ndarray, v: int) -> np.ndarray:
     """The ops of row v of a packed reachability matrix that share v's group."""
     reach = np.unpackbits(packed_rows[v], count=group.size).astype(bool)
@@ -170,15 +185,9 @@ def _heads(graph: Graph, times: _Times, group: np.ndarray) -> np.ndarray:
         local = parents[group[parents] == group[v]]
         free = parents[group[parents] != group[v]]
         arrival = head[free] + times.duration[free] + times.transfer[free]
-        latest = free[np.argsort(-arrival, kind="stable")]
-        arrival = np.sort(arrival)[::-1]
-        head[v] = min(
-            max(
-                _serial_end(np.concatenate([local, latest[:k]]), times, head),
-                arrival[k] if k < free.size else 0.0,
-            )
-            for k in range(free.size + 1)
-        )  # the k latest-arriving parents share v's device, the rest send their output
+        head[v] = _least_over_splits(
+            local, free, arrival, functools.partial(_serial_end, times=times, head=head)
+        )  # the latest-arriving parents share v's device, the rest send their output
         if shared[v]:
             before = _group_members(group, graph.ancestors_packed, v)
             head[v] = max(head[v], _serial_end(before, times, head))
@@ -197,15 +206,12 @@ def _tails(graph: Graph, times: _Times, group: np.ndarray) -> np.ndarray:
         local = children[group[children] == group[u]]
         free = children[group[children] != group[u]]
         rest = times.transfer[u] + times.duration[free] + tail[free]
-        longest = free[np.argsort(-rest, kind="stable")]
-        rest = np.sort(rest)[::-1]
-        tail[u] = min(
-            max(
-                _serial_span(np.concatenate([local, longest[:k]]), times, tail, times.gap[u]),
-                rest[k] if k < free.size else 0.0,
-            )
-            for k in range(free.size + 1)
-        )  # the k children with the longest remote paths share u's device
+        tail[u] = _least_over_splits(
+            local,
+            free,
+            rest,
+            functools.partial(_serial_span, times=times, tail=tail, begin=times.gap[u]),
+        )  # the children with the longest remote paths share u's device, the rest receive
         if shared[u]:
             after = _group_members(group, graph.descendants_packed, u)
             tail[u] = max(tail[u], _serial_span(after, times, tail, times.gap[u]))
