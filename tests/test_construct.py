@@ -353,9 +353,8 @@ def _config(**train):
                        n_devices=2)  # fmt: skip
 
 
-@pytest.mark.parametrize("dagger", [False, True])
-def test_a_killed_run_resumes_to_the_uninterrupted_parameters(tmp_path, dagger):
-    config = _config(imitation=4, iterations=3, episodes=2, graphs_per_update=1, dagger=dagger)
+def test_a_killed_run_resumes_to_the_uninterrupted_parameters(tmp_path):
+    config = _config(imitation=4, iterations=3, episodes=2, graphs_per_update=1)
     config = apply(config, {"run.checkpoint_every": 2})
     named = [("a", _two_chains()), ("b", _fork())]
     taught = teachers(named, CLUSTER, config.seed)
@@ -527,58 +526,6 @@ def test_self_imitation_keeps_a_graphs_best_placement_only_when_faster():
     kept = loop._kept_best(state, np.array([1, 0]), devices, runtime)
     np.testing.assert_array_equal(kept.elite, [[0, 0, 0], [2, 2, 2]])
     np.testing.assert_allclose(kept.elite_runtime, [10.0, 9.0])
-
-
-def _trajectory(device, feature, n_pad=3, n_devices=2) -> env.Trajectory:
-    """[1, B] episodes of `device` [B, Np] whose every feature is `feature` [B]."""
-    device = jnp.asarray(device, jnp.int32)[None]
-    features = jnp.broadcast_to(
-        jnp.asarray(feature, jnp.float32)[None, :, None, None, None],
-        (1, device.shape[1], n_pad, n_devices, env.N_DYNAMIC),
-    )
-    allowed = jnp.ones((*device.shape, n_devices), bool)
-    return env.Trajectory(device, features, allowed, jnp.ones(device.shape, bool))
-
-
-def test_dagger_imitates_the_target_on_the_sampled_episodes_own_states():
-    taught = _trajectory([[1, 0, 1]], [7.0])  # the target's own episode
-    played = _trajectory([[0, 0, 0], [1, 1, 0]], [2.0, 3.0])  # two sampled episodes
-    target = jnp.asarray([[1, 0, 1]], jnp.int32)
-    batch = device.with_own_states(taught, played, target)
-    np.testing.assert_array_equal(batch.device, [[[1, 0, 1]] * 3])  # the target's labels
-    np.testing.assert_array_equal(batch.features[0, :, 0, 0, 0], [7.0, 2.0, 3.0])  # own states
-
-
-@pytest.mark.parametrize("dagger", [False, True])
-def test_a_self_imitation_update_imitates_the_elite_on_the_states_it_names(dagger):
-    # The loss an update records is the imitation loss on the elite's own episode, and with
-    # train.dagger also on the episodes it sampled (drawn with the update's own key).
-    config = _config(imitation=3, iterations=1, episodes=3, learning_rate=0.05, dagger=dagger)
-    named = [("a", _two_chains())]
-    run = loop.Run.make(config, named, CLUSTER, teachers(named, CLUSTER, config.seed))
-    state = loop.initial_state(config, run.bank, np.asarray(run.teacher), run.reference)
-    for _ in range(3):  # imitation: a policy that is no longer uniform
-        state, _ = run.update(state)
-    _, record = run.update(state)
-    roll = jax.random.split(jax.random.fold_in(jax.random.key(config.seed), 3))[1]
-    ids, arrays, machine = jnp.asarray([0]), run.bank.arrays, run.bank.machine
-    own = device.episodes(run.learner, state.params, arrays, machine, ids, roll, "teacher", 1,
-                          teacher=run.teacher)  # fmt: skip
-    played = device.episodes(run.learner, state.params, arrays, machine, ids, roll, "sample", 3,
-                             config.train.temperature)  # fmt: skip
-    batch = device.with_own_states(own, played, run.teacher) if dagger else own
-    expected = device.imitation_loss(run.learner, state.params, arrays, ids, batch)
-    assert record["train/imitation_loss"] == pytest.approx(float(expected), rel=1e-5)
-    other = device.with_own_states(own, played, run.teacher) if not dagger else own
-    other_loss = device.imitation_loss(run.learner, state.params, arrays, ids, other)
-    assert abs(record["train/imitation_loss"] - float(other_loss)) > 1e-2
-
-
-def test_dagger_needs_the_construct_agents_self_imitation_updates():
-    with pytest.raises(ValueError, match=r"train\.dagger is for agent=construct"):
-        _config(imitation=5, iterations=0, dagger=True)
-    with pytest.raises(ValueError, match=r"train\.dagger is for agent=construct"):
-        make_config("tiny", ["train.dagger=true"], n_devices=2)
 
 
 @pytest.mark.parametrize(
