@@ -68,8 +68,6 @@ class TrainConfig:
     teacher_passes: int = 1  # construct agent, teacher "searched" or "descent": random passes
     temperature: float = 1.0  # construct agent: of the episodes sampled by the `iterations`
     #   self-imitation updates (each graph's best placement so far imitated)
-    dagger: bool = False  # construct agent: the self-imitation updates also imitate the best
-    #   placement on the sampled episodes' own states (DAgger), not only along its own episode
     episodes: int = 64  # parallel episodes per update, spread evenly over its graphs
     graphs_per_update: int = 0  # graphs an update trains on (round-robin); 0: all of them
     learning_rate: float = 1e-3
@@ -307,11 +305,6 @@ def validate(config: Config) -> None:
             "train.teacher_passes",
             config.train.teacher != "best" or config.train.teacher_passes == 1,
             "is for train.teacher=searched or descent (the best heuristic is not searched)",
-        ),
-        (
-            "train.dagger",
-            not config.train.dagger or (config.agent == "construct" and config.train.iterations),
-            "is for agent=construct with train.iterations > 0 (its self-imitation updates)",
         ),
         ("train.episodes", config.train.episodes >= 1, "must be >= 1"),
         ("train.graphs_per_update", config.train.graphs_per_update >= 0, "must be >= 0"),

@@ -102,16 +102,6 @@ def episodes(
     return jax.vmap(on_graph)(graph_ids, graph_keys, forced)
 
 
-def with_own_states(taught: Trajectory, played: Trajectory, target: jax.Array) -> Trajectory:
-    """[G, 1 + B] episodes to imitate: the target's own episode `taught` [G, 1], and the
-    sampled episodes `played` [G, B] relabelled with the target's devices `target` [G, Np]
-    (DAgger: the target's choice in the states the policy itself reaches)."""
-    relabelled = dataclasses.replace(
-        played, device=jnp.broadcast_to(target[:, None, :], played.device.shape)
-    )
-    return jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), taught, relabelled)
-
-
 def log_probs(learner: Learner, params: Any, bank: GraphArrays, graph_ids, trajectory):
     """[G, B, Np, D] log-probabilities of every device at every recorded step."""
 

@@ -8,8 +8,7 @@ use on a homogeneous cluster, so that the labels are ones a device-equivariant p
 produce), then `train.iterations`
 self-imitation updates: `train.episodes` episodes per graph sampled at `train.temperature`,
 each scored by one exact simulation of its op graph (penalised makespan); each graph's best
-placement known so far (the teacher's to start with, kept in the checkpoint) is imitated
-along its own episode and, with `train.dagger`, also on the sampled episodes' states.
+placement known so far (the teacher's to start with, kept in the checkpoint) is imitated.
 Update u draws its graphs and episodes from the run key folded with u, so a resumed run is the
 uninterrupted one. Placing: the greedy episode and `samples` sampled ones, the best
 by exact simulation; each episode is one evaluation.
@@ -211,7 +210,7 @@ class Run:
         per_update = min(train.graphs_per_update or n_graphs, n_graphs)
         ids = jax.random.permutation(draw, n_graphs)[:per_update]
         arrays, machine = self.bank.arrays, self.bank.machine
-        record, target, played = {}, self.teacher[ids], None
+        record, target = {}, self.teacher[ids]
         if step >= train.imitation:
             played = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
                                      "sample", train.episodes, train.temperature)  # fmt: skip
@@ -224,12 +223,10 @@ class Run:
             record["train/best_runtime"] = float(
                 (np.asarray(state.elite_runtime) / self.reference).mean()
             )
-        taught = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
+        forced = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
                                  "teacher", 1, teacher=target)  # fmt: skip
-        if train.dagger and played is not None:
-            taught = device.with_own_states(taught, played, target)
         params, opt_state, loss = device.imitation_update(
-            self.learner, state.params, state.opt_state, arrays, ids, taught
+            self.learner, state.params, state.opt_state, arrays, ids, forced
         )
         record["train/imitation_loss"] = float(loss)
         return dataclasses.replace(state, params=params, opt_state=opt_state,
