@@ -20,7 +20,7 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers.guided import Searched
 from placeto_jax.sim.api import simulate
-from placeto_jax.sim.ranking import MEMORY_PENALTY, memory_overflow, rank_key
+from placeto_jax.sim.ranking import first_ranked, memory_overflow, rank_key
 
 RUN_LENGTHS = (1, 2, 3, 4, 6, 8)  # ops per run of the topological order
 MAX_CHAIN_OPS = 8  # ops per linear chain
@@ -99,8 +99,6 @@ def _best_of(graph: Graph, cluster: Cluster, rows: np.ndarray) -> Searched:
         makespan.append(out.makespan)
         peak.append(out.peak_memory)
     makespan, peak = np.concatenate(makespan), np.concatenate(peak)
-    overflow = memory_overflow(peak, cluster)
-    b = int(np.lexsort((makespan + MEMORY_PENALTY * overflow, overflow > 0))[0])  # `rank_key`
-    return Searched(
-        rows[b], float(makespan[b]), peak[b], bool(overflow[b] == 0), float(overflow[b])
-    )
+    b = first_ranked(makespan, peak, cluster)
+    overflow = float(memory_overflow(peak[b][None], cluster)[0])
+    return Searched(rows[b], float(makespan[b]), peak[b], overflow == 0, overflow)

@@ -26,7 +26,7 @@ from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.env.core import EnvParams
 from placeto_jax.rl.train import Train, TrainState, compiled_run
 from placeto_jax.sim.api import simulate, single_device
-from placeto_jax.sim.ranking import memory_overflow, rank_key, rank_keys
+from placeto_jax.sim.ranking import first_ranked, memory_overflow, rank_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,8 +211,7 @@ def rank_visited(
     op_graph = pg.op_graph or pg.graph
     alone = single_device(op_graph, cluster)
     runs = simulate(op_graph, cluster, np.stack([pg.expand(p) for p in distinct] + [alone]))
-    keys = rank_keys(runs.makespan[:-1], runs.peak_memory[:-1], cluster)
-    best = min(range(len(keys)), key=keys.__getitem__)
+    best = first_ranked(runs.makespan[:-1], runs.peak_memory[:-1], cluster)
     overflow = float(memory_overflow(runs.peak_memory[best][None], cluster)[0])
     return Placement(
         graph=pg.name,

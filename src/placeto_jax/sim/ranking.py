@@ -39,6 +39,13 @@ def rank_keys(makespan, peak_memory, cluster: Cluster) -> list[tuple[bool, float
     return [rank_key(m, o == 0, o) for m, o in zip(np.asarray(makespan), overflow, strict=True)]
 
 
+def first_ranked(makespan, peak_memory, cluster: Cluster) -> int:
+    """The index of the first of B placements in `rank_key` order (the first of equals):
+    makespans [B] µs, peak memory [B, D] bytes."""
+    keys = rank_keys(makespan, peak_memory, cluster)
+    return min(range(len(keys)), key=keys.__getitem__)
+
+
 def fits_memory(peak_memory, cluster: Cluster) -> np.ndarray:
     """[B] bool: peak memory [B, D] bytes within every device's memory."""
     return np.all(np.asarray(peak_memory, np.float64) <= cluster.memory_array, axis=1)
