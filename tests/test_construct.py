@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import placeto_jax as pj
+from placeto_jax import pipeline as pipeline_module
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import apply, make_config, make_pipeline
 from placeto_jax.env import construct as env
@@ -404,6 +405,36 @@ def test_the_pipeline_places_with_a_construct_policy_alike_alone_and_among_other
         pj.place(graph, CLUSTER, make_pipeline("search"), policy)
 
 
+def test_the_uniform_control_is_the_best_of_uniformly_random_episodes(tmp_path):
+    """A uniform policy through the pipeline: the best, by exact simulation, of the 1 + 16
+    uniformly random episodes that the graph's key draws, whatever its weights (here the
+    trained ones); `uniform_random` is the run's untrained weights so marked."""
+    graph = Graph.from_edges(
+        cost=[100.0, 40.0, 70.0, 10.0] * 6, out_bytes=[8e4] * 24,
+        edges=[(i, i + 1) for i in range(23) if i % 4 != 3] + [(3, 4), (11, 20), (7, 16)],
+    )  # fmt: skip
+    config = _config(imitation=10)
+    named = [("g", graph)]
+    loop.train_in(config, named, CLUSTER, tmp_path, teachers(named, CLUSTER, 0), progress=False)
+    policy = pj.Policy.load(str(tmp_path))
+    sampled, key = make_pipeline("sampled"), jax.random.key(5)
+    control = pj.place(graph, CLUSTER, sampled, dataclasses.replace(policy, uniform=True), key,
+                       compare=False)  # fmt: skip
+    graph_key = jax.random.fold_in(key, int(graph.digest[:8], 16))
+    rows = loop.candidates(config, policy.params, loop.Bank.of(named, CLUSTER), 0, graph_key,
+                           16, sampled.temperature, "uniform")  # fmt: skip
+    makespans = [float(simulate(graph, CLUSTER, r).makespan) for r in rows]
+    assert len(set(makespans)) > 8  # drawn at random
+    np.testing.assert_array_equal(control.result.placement, rows[int(np.argmin(makespans))])
+    assert control.result.makespan == pytest.approx(min(makespans), rel=1e-12)
+    assert control.result.episodes == 17
+    mine = pj.place(graph, CLUSTER, sampled, policy, key, compare=False)
+    assert not np.array_equal(mine.result.placement, control.result.placement)
+    marked = pipeline_module.uniform_random(policy)
+    assert marked.uniform and not policy.uniform
+    chex.assert_trees_all_equal(marked.params, pipeline_module.untrained(policy).params)
+
+
 def test_a_construct_policy_places_on_another_device_count(tmp_path):
     config = _config(imitation=0, iterations=0)  # trained for CLUSTER's 2 devices
     named = [("a", _two_chains())]
@@ -545,4 +576,5 @@ def test_train_with_the_construct_preset_from_the_command_line(tmp_path, capsys,
     assert "example:diamond" in out and "/ best" in out
     assert main(["eval", "--checkpoint", str(tmp_path), "--graphs", "example:diamond",
                  "--pipeline", "sampled", "--control"]) == 0  # fmt: skip
-    assert "untrained ms" in capsys.readouterr().out
+    head = capsys.readouterr().out.splitlines()[0].split()
+    assert head[-8:] == ["untrained", "ms", "/", "best", "uniform", "ms", "/", "best"]

@@ -152,3 +152,9 @@ def test_the_untrained_control_is_the_runs_initial_weights(tmp_path):
     chex.assert_trees_all_equal(restored.params, zero.params)
     moved = jax.tree.map(lambda a, b: bool((a != b).any()), trained.params, zero.params)
     assert any(jax.tree.leaves(moved))
+    with pytest.raises(ValueError, match="paper agent has none"):
+        pipeline_module.uniform_random(trained)
+    with pytest.raises(ValueError, match="construct agent's, not the paper's"):
+        pj.place(
+            graph, CLUSTER, make_pipeline("policy"), dataclasses.replace(trained, uniform=True)
+        )

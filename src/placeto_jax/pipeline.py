@@ -55,6 +55,8 @@ class Policy:
     found: tuple[np.ndarray | None, ...] | None = None  # per graph placed, a placement of its
     #   op graph [N_ops] ranked with the episodes' (training's best: `rl.evaluate.found_on_ops`)
     target: Cluster | None = None  # the cluster it places on; None: its config's preset
+    uniform: bool = False  # True: its episodes draw each device uniformly among the allowed
+    #   ones, ignoring the weights (the uniform-random control; construct agent only)
 
     @staticmethod
     def load(checkpoint: str, devices: int | None = None, cluster: str | None = None) -> Policy:
@@ -134,6 +136,20 @@ def untrained(policy: Policy) -> Policy:
     run = _template_run(config)
     params = run.init(jax.random.key(config.seed), run.env_params).params
     return Policy(config, params, target=policy.target)
+
+
+def uniform_random(policy: Policy) -> Policy:
+    """The uniform-random control of `policy` (the construct agent's): its run's untrained
+    weights, with every episode drawing each device uniformly among the ones the mask allows.
+    Through a pipeline it places as the policy would, hint included, but by chance: what the
+    policy adds over a random choice. ValueError for the paper agent, whose episodes have no
+    uniform mode."""
+    if policy.config.agent != "construct":
+        raise ValueError(
+            "the uniform-random control draws the construct agent's episodes; the paper "
+            "agent has none (compare with its untrained control)"
+        )
+    return dataclasses.replace(untrained(policy), uniform=True)
 
 
 def _template_run(config: Config) -> Any:
@@ -284,6 +300,8 @@ def check(
             f"the policy places on {policy.config.n_devices} devices, the cluster has "
             f"{cluster.n_devices}"
         )
+    if policy is not None and policy.uniform and policy.config.agent != "construct":
+        raise ValueError("uniformly random episodes are the construct agent's, not the paper's")
     if pipeline.start:
         check_start(pipeline.start)
 
@@ -363,8 +381,9 @@ def _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log):
             began = time.perf_counter()
         bank = construct_loop.Bank.of([(name, graph)], cluster, hints)
         graph_key = jax.random.fold_in(key, int(graph.digest[:8], 16))
+        mode = "uniform" if policy.uniform else "policy"
         rows = construct_loop.candidates(policy.config, policy.params, bank, 0, graph_key,
-                                         pipeline.samples, pipeline.temperature)  # fmt: skip
+                                         pipeline.samples, pipeline.temperature, mode)  # fmt: skip
         pg = PlacementGraph(name, graph)
         ranked = rank_visited(pg, cluster, rows, "construct")
         p = dataclasses.replace(ranked, episodes=len(rows), temperature=pipeline.temperature)

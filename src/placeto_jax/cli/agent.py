@@ -59,6 +59,7 @@ from placeto_jax.pipeline import (
     place_many,
     starting_config,
     starting_graphs,
+    uniform_random,
     untrained,
 )
 from placeto_jax.placers import METHODS, run_method
@@ -183,8 +184,9 @@ def add_agent_commands(commands) -> None:
     evaluate.add_argument(
         "--control",
         action="store_true",
-        help="also place the graphs with the run's untrained policy (its initial weights) by "
-        "the same pipeline: what training added",
+        help="also place the graphs by the same pipeline with the run's untrained policy (its "
+        "initial weights: what training added) and, for the construct agent, with uniformly "
+        "random episodes (what the policy adds over chance)",
     )
     add_seed_option(evaluate)
     add_pipeline_options(evaluate)
@@ -456,8 +458,12 @@ def _eval(args: argparse.Namespace) -> int:
                         progress=not args.json)  # fmt: skip
     controls = {}
     if args.control:
-        controls["untrained"] = place_many(graphs, cluster, pipeline, untrained(policy), key,
-                                           compare=False)  # fmt: skip
+        kinds = {"untrained": untrained}
+        if policy.config.agent == "construct":
+            kinds["uniform"] = uniform_random
+        for name, control in kinds.items():
+            controls[name] = place_many(graphs, cluster, pipeline, control(policy), key,
+                                        compare=False)  # fmt: skip
     if args.json:
         docs = [policy_json(p, pipeline, cluster) for p in placed]
         for i, doc in enumerate(docs):

@@ -451,9 +451,9 @@ def eval_table(placed: Sequence[Placed], others: dict[str, Sequence[Placed]] | N
     fast heuristic on the same op graph (`*`: overflows a device's memory), the simulations
     the pipeline ran for it ("evals", every stage's), the start of each episode when it was
     given (improve mode), and each of `others` (by column name, one placement per graph: the
-    best placement training visited, the untrained control); with the best heuristic, a last
-    row of geometric means. Ratios: the placement's makespan over the other's, lower is
-    better."""
+    best placement training visited, the untrained and uniform-random controls); with the
+    best heuristic, a last row of geometric means. Ratios: the placement's makespan over the
+    other's, lower is better."""
     others = others or {}
     results = [p.result for p in placed]
     compared = _compared(placed)
