@@ -120,6 +120,7 @@ def test_relative_makespans_divide_by_the_best_baseline_of_each_graph():
     rows = [
         {"family": "f", "graph": "g", "zero-shot": 90.0, "from-scratch": 100.0,
          "fine-tuned": 80.0, "construct zero-shot": 95.0, "construct per-graph": 70.0,
+         "zero-shot untrained": 150.0, "construct untrained": 120.0, "construct uniform": 300.0,
          "single": 200.0, "heft": 100.0},
     ]  # fmt: skip
     (out,) = generalization.relative_to_best_baseline(rows, ("single", "heft"))
@@ -131,6 +132,9 @@ def test_relative_makespans_divide_by_the_best_baseline_of_each_graph():
         "fine-tuned": 0.8,
         "construct zero-shot": 0.95,
         "construct per-graph": 0.7,
+        "zero-shot untrained": 1.5,
+        "construct untrained": 1.2,
+        "construct uniform": 3.0,
         "single": 2.0,
         "heft": 1.0,
     }
@@ -438,7 +442,9 @@ def test_generalization_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         # at most 8 nodes: one greedy episode <= 8 steps + 9 ranked; two updates of 4 episodes
         # alone are 2 x 4 x (nodes + 1) > that
         assert 0 < r["zero-shot"] <= 17 < r["from-scratch"] and r["fine-tuned"] > 17
+        assert 0 < r["zero-shot untrained"] <= 17
         assert r["construct zero-shot"] == 17 < r["construct per-graph"]
+        assert r["construct untrained"] == r["construct uniform"] == 17
     assert (out / "cdf.png").is_file() and (out / "runs" / "cifar10-d4-quick").is_dir()
     assert (out / "runs" / "cifar10-construct-d4-quick").is_dir()
     assert (out / "gantt_family_cifar10_25.png").is_file()

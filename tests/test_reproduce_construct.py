@@ -1,7 +1,7 @@
 """The construct agent's columns in `reproduce generalization` and `reproduce table1`, on tiny
 graphs: each makespan is its placement's exact simulation, each evaluation count is the
-simulations its training and placing ran, and an untrained family policy places as the
-untrained control does."""
+simulations its training and placing ran, an untrained family policy places as the untrained
+control does, and the uniform control draws uniformly random episodes."""
 
 from __future__ import annotations
 
@@ -79,7 +79,8 @@ def test_generalization_adds_the_construct_agents_columns(tmp_path, monkeypatch)
     def single_device_placeto(settings, train, tests, cluster, workdir, progress):
         """Placeto's columns stood in by the single device (tests/test_reproduce.py trains it)."""
         return lambda i, key: {
-            m: (run_method("single", tests[i][1], cluster, key), 0) for m in generalization.PLACETO
+            m: (run_method("single", tests[i][1], cluster, key), 0)
+            for m in (*generalization.PLACETO, "zero-shot untrained")
         }
 
     monkeypatch.setattr(generalization, "_placeto", single_device_placeto)
@@ -102,13 +103,18 @@ def test_generalization_adds_the_construct_agents_columns(tmp_path, monkeypatch)
     relative = json.loads((out / "relative.json").read_text())
     cluster = Cluster.preset(settings.cluster, 2)
     assert [r["graph"] for r in rows] == ["family:cifar10/24", "family:cifar10/25"]
-    assert len(placed) == 4  # per test graph: the family policy, then its own
+    assert len(placed) == 8  # per test graph: the family policy, its 2 controls, then its own
     for k, (row, ev, rel) in enumerate(zip(rows, evals, relative, strict=True)):
-        (family, name, graph, zero), (_, _, _, own) = placed[2 * k : 2 * k + 2]
+        (family, name, graph, zero), cold, chance, (_, _, _, own) = placed[4 * k : 4 * k + 4]
         assert name == row["graph"]
-        assert row["construct zero-shot"] == pytest.approx(_exact_ms(graph, cluster, zero))
-        assert row["construct per-graph"] == pytest.approx(_exact_ms(graph, cluster, own))
+        assert not family.uniform and not cold[0].uniform and chance[0].uniform
+        columns = {"construct zero-shot": zero, "construct untrained": cold[3],
+                   "construct uniform": chance[3], "construct per-graph": own}  # fmt: skip
+        for column, p in columns.items():
+            assert row[column] == pytest.approx(_exact_ms(graph, cluster, p))
         assert ev["construct zero-shot"] == zero.evaluations == SAMPLED_EPISODES
+        assert ev["construct untrained"] == ev["construct uniform"] == SAMPLED_EPISODES
+        np.testing.assert_array_equal(cold[3].result.placement, zero.result.placement)
         assert ev["construct per-graph"] == (
             _teacher_simulations(graph, cluster) + TINY_TRAINING_SIMULATIONS + SAMPLED_EPISODES
         )
@@ -116,7 +122,7 @@ def test_generalization_adds_the_construct_agents_columns(tmp_path, monkeypatch)
                                 untrained(family), jax.random.key(0), compare=False)  # fmt: skip
         np.testing.assert_array_equal(zero.result.placement, control.result.placement)
         best = min(row["single"], row["heft"])
-        for method in generalization.CONSTRUCT:
+        for method in (*generalization.CONSTRUCT, "construct untrained", "construct uniform"):
             assert rel[method] == pytest.approx(row[method] / best)
     assert sum(simulated) == 2 * TINY_TRAINING_SIMULATIONS  # the untrained family policy: none
     assert (out / "runs" / "cifar10-construct-d2-quick" / "run.json").is_file()

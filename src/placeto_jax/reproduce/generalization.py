@@ -2,7 +2,9 @@
 split, then, on every test graph, the policy zero-shot, Placeto trained on that graph from
 scratch, Placeto fine-tuned from the family policy, and the baselines; and the construct agent
 (`rl/construct_loop.py`) trained on the same train graphs, zero-shot, and trained on that test
-graph alone, both placed by the `sampled` pipeline.
+graph alone, both placed by the `sampled` pipeline. Each zero-shot column has its controls: the
+same placing with the family run's untrained weights, and for the construct agent with
+uniformly random episodes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from placeto_jax.env.bank import prepare
 from placeto_jax.graphs import families
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.registry import load
+from placeto_jax.pipeline import Policy, uniform_random, untrained
 from placeto_jax.placers import run_method
 from placeto_jax.plotting import draw_relative_cdf
 from placeto_jax.reproduce.construct import (
@@ -35,6 +38,7 @@ from placeto_jax.rl.loop import train_and_evaluate
 MS = 1e3  # µs
 PLACETO = ("zero-shot", "from-scratch", "fine-tuned")
 CONSTRUCT = ("construct zero-shot", "construct per-graph")
+CONTROLS = ("zero-shot untrained", "construct untrained", "construct uniform")
 Columns = dict[str, tuple]  # {method: (its placement, simulator evaluations it spent)}
 
 
@@ -170,13 +174,16 @@ def _placeto(
     prepared = [prepare(n, g, target, cluster.delta1) for n, g in train]
     trained = train_and_evaluate(family, prepared, workdir, progress=progress)
     bench = PlacetoBench(short, [prepare(n, g, target, cluster.delta1) for n, g in tests], cluster)
+    initial = untrained(Policy(family, trained.state.params)).params
 
     def columns(i: int, key: jax.Array) -> Columns:
         zero_shot = bench.place(trained.state.params, i)
+        control = bench.place(initial, i)
         scratch = bench.fit(i, key)
         tuned = bench.fit(i, key, init_params=trained.state.params, init_placement=zero_shot)
         return {
             "zero-shot": (zero_shot, simulations(zero_shot)),
+            "zero-shot untrained": (control, simulations(control)),
             "from-scratch": (scratch.best, scratch.evaluations),
             "fine-tuned": (tuned.best, tuned.evaluations),
         }
@@ -192,17 +199,22 @@ def _construct(
     progress: bool,
 ) -> Callable[[str, Graph, jax.Array], Columns]:
     """The construct agent's columns of a test graph: the policy trained on the op graphs
-    `train` in `workdir`, zero-shot, and one trained on that graph alone."""
+    `train` in `workdir`, zero-shot, its untrained and uniform-random controls, and one
+    trained on that graph alone."""
     config = _construct_config(settings, settings.construct_training)
     family, _ = train_construct(config, train, cluster, workdir, progress)
     per_graph = _construct_config(settings, settings.construct_per_graph)
+    policies = {
+        "construct zero-shot": family,
+        "construct untrained": untrained(family),
+        "construct uniform": uniform_random(family),
+    }
 
     def columns(name: str, graph: Graph, key: jax.Array) -> Columns:
-        zero_shot = place_construct(family, name, graph, cluster, key)
+        placed = {m: place_construct(p, name, graph, cluster, key) for m, p in policies.items()}
         own, spent, _ = per_graph_construct(per_graph, name, graph, cluster, key)
-        return {
-            "construct zero-shot": (zero_shot.result, zero_shot.evaluations),
-            "construct per-graph": (own.result, spent),
+        return {m: (p.result, p.evaluations) for m, p in placed.items()} | {
+            "construct per-graph": (own.result, spent)
         }
 
     return columns
@@ -244,7 +256,7 @@ def _split(family: str, split: str, k: int) -> list[tuple[str, Graph]]:
 
 def relative_to_best_baseline(rows: list[dict], baselines: tuple[str, ...]) -> list[dict]:
     """Every method's makespan divided by the best baseline's on the same graph."""
-    methods = PLACETO + CONSTRUCT + baselines
+    methods = PLACETO + CONSTRUCT + CONTROLS + baselines
     out = []
     for row in rows:
         best = min(row[m] for m in baselines)
@@ -264,7 +276,8 @@ def _write(
         note=f"{settings.devices} devices of `{settings.cluster}`; Placeto columns are the "
         "exact op-graph makespans of the best placement found (zero-shot: one greedy episode); "
         "construct columns of the best of the `sampled` pipeline's 17 episodes (greedy + 16 "
-        "sampled at T = 0.6), each simulated exactly.",
+        "sampled at T = 0.6), each simulated exactly. Controls, placed the same way: `untrained`, "
+        "the family run's initial weights; `construct uniform`, 17 uniformly random episodes.",
     )
     recorder.table(
         "evaluations",
@@ -272,11 +285,11 @@ def _write(
         evaluations,
         note=f"{EVALUATIONS} Zero-shot and fine-tuned do not count the family policy's "
         "training (shared by the family's graphs); fine-tuned starts from the zero-shot "
-        "placement. Construct zero-shot: its 17 episodes, each simulated once (not the family "
-        "construct policy's training). Construct per-graph: its training's exact simulations "
-        "(the 5 teacher heuristics' own and one scoring each, every self-imitation episode, "
-        "each greedy evaluation) and the 17 episodes; its imitation updates and its episodes' "
-        "list-schedule observations simulate nothing.",
+        "placement. Construct zero-shot and its controls: 17 episodes, each simulated once "
+        "(not the family construct policy's training). Construct per-graph: its training's "
+        "exact simulations (the 5 teacher heuristics' own and one scoring each, every "
+        "self-imitation episode, each greedy evaluation) and the 17 episodes; its imitation "
+        "updates and its episodes' list-schedule observations simulate nothing.",
     )
     relative = relative_to_best_baseline(rows, settings.baselines)
     recorder.table(
@@ -293,8 +306,8 @@ def _write(
 
 
 def _shown(settings: Settings) -> list[str]:
-    """The methods the CDF draws: Placeto's, the construct agent's and the baselines metis,
-    heft, single if run."""
+    """The methods the CDF draws: Placeto's, the construct agent's (not the controls) and the
+    baselines metis, heft, single if run."""
     baselines = (m for m in ("metis", "heft", "single") if m in settings.baselines)
     return [*PLACETO, *CONSTRUCT, *baselines]
 
@@ -309,5 +322,7 @@ baselines on the op graph. The construct agent (`agent=construct`, docs/agent.md
 the same train graphs' op graphs (checkpointed under `runs/`, `-construct-`) and places every
 test graph zero-shot, and a construct policy trained on that test graph alone (imitation of its
 best fast heuristic, then self-imitation: `construct_per_graph`) places it too; both through
-the `sampled` pipeline on the op graph.
+the `sampled` pipeline on the op graph. The controls place every test graph as the zero-shot
+columns do: with the family run's untrained weights (`zero-shot untrained`, `construct
+untrained`), and with uniformly random episodes (`construct uniform`).
 """
