@@ -576,5 +576,13 @@ def test_train_with_the_construct_preset_from_the_command_line(tmp_path, capsys,
     assert "example:diamond" in out and "/ best" in out
     assert main(["eval", "--checkpoint", str(tmp_path), "--graphs", "example:diamond",
                  "--pipeline", "sampled", "--control"]) == 0  # fmt: skip
-    head = capsys.readouterr().out.splitlines()[0].split()
-    assert head[-8:] == ["untrained", "ms", "/", "best", "uniform", "ms", "/", "best"]
+    head, row = capsys.readouterr().out.splitlines()[:2]
+    assert head.split()[-8:] == ["untrained", "ms", "/", "best", "uniform", "ms", "/", "best"]
+    assert main(["eval", "--checkpoint", str(tmp_path), "--graphs", "example:diamond",
+                 "--pipeline", "sampled", "--control", "--json"]) == 0  # fmt: skip
+    (doc,) = json.loads(capsys.readouterr().out)  # the same placements as the table's
+    cells = row.split()
+    assert float(cells[-4].rstrip("*")) == pytest.approx(
+        doc["untrained_makespan_us"] / 1e3, abs=1e-3
+    )
+    assert float(cells[-2].rstrip("*")) == pytest.approx(doc["uniform_makespan_us"] / 1e3, abs=1e-3)
