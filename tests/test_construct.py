@@ -268,6 +268,31 @@ def test_a_device_whose_live_outputs_leave_no_room_is_not_allowed():
                                   [True, True])  # fmt: skip
 
 
+def test_a_device_keeps_room_for_the_parameters_the_hint_puts_on_it_later():
+    # Weights a, b (50 kB) and c (100 kB), visited in that order, 100 kB per device; the hint
+    # puts a and b on device 0, c on 1. A chooser that balances busy time puts a on 0, b on 1
+    # and then has no room for c (150 kB either way). With c's 100 kB reserved on device 1, b
+    # may go there only with 150 kB, so the episode finishes the hint and fits.
+    graph = Graph.from_edges(cost=[10.0] * 3, out_bytes=[0.0] * 3, edges=np.zeros((0, 2), int),
+                             param_bytes=[50e3, 50e3, 100e3])  # fmt: skip
+    cluster = Cluster.preset("placeto-k80", 2, memory=100e3)
+    assert build("g", graph, cluster).op_index.tolist() == [0, 1, 2]
+
+    def least_busy(t, features, allowed, noise):
+        return jnp.argmin(jnp.where(allowed, features[:, 7], jnp.inf))
+
+    _, out = _episodes(graph, cluster, least_busy)
+    assert np.asarray(out.device[0])[:3].tolist() == [0, 1, 0]  # unhinted: c overflows
+    built = build("g", graph, cluster, hint=np.array([0, 0, 1]))
+    g = env.GraphArrays.stack([built]).at(0)
+    out = env.rollout(g, env.Machine.of(cluster), least_busy, jax.random.key(0))
+    expected_allowed = [[True, False], [True, False], [False, True]]
+    np.testing.assert_array_equal(np.asarray(out.allowed)[:3], expected_allowed)
+    placement = built.placement(np.asarray(out.device))
+    assert placement.tolist() == [0, 0, 1]
+    assert np.all(simulate(graph, cluster, placement).peak_memory <= 100e3)
+
+
 def test_the_policy_is_equivariant_under_renaming_devices():
     config = _config()
     bank = loop.Bank.of([("g", _fork())], CLUSTER)

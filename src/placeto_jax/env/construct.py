@@ -19,7 +19,9 @@ Memory mask: a device is allowed when its parameters and its live memory would f
 estimate that follows the visiting order: each output, and each copy of it on a consumer's
 device, is live from its placing until every consumer of the output is placed (the most live at
 once is the estimate's peak; within a few percent of the simulator's on the benchmark files).
-The hint's device stays allowed. When no device fits by the estimate, the devices that fit by a
+With a declared start (the hint), a device must also keep room for the parameters the hint
+puts on it later, so that the hint can always finish what the episode leaves (its reservation);
+the hint's device stays allowed. When no device fits by the estimate, the devices that fit by a
 lower bound are (parameters and the largest bytes one op holds while it runs: its output and
 inputs), and all are when none does. A co-location class's later members follow their leader:
 no decision.
@@ -117,6 +119,7 @@ class Schedule:
     copied: jax.Array  # [Np, D] bool: a copy of the op's output is on the device
     live: jax.Array  # [D] bytes of outputs and copies that unplaced consumers still need
     peak: jax.Array  # [D] bytes: the most `live` held, with each op's own run
+    reserved: jax.Array  # [D] parameter bytes the hint puts on each device at later positions
 
     @classmethod
     def empty(cls, g: GraphArrays, n_devices: int) -> Schedule:
@@ -136,6 +139,7 @@ class Schedule:
             copied=jnp.zeros((n_pad, n_devices), bool),
             live=zeros,
             peak=zeros,
+            reserved=zeros.at[jnp.maximum(g.hint, 0)].add(_reservation(g, ...)),
         )
 
 
@@ -186,8 +190,9 @@ def look(g: GraphArrays, m: Machine, s: Schedule, t: jax.Array) -> Look:
     fits = params_after + jnp.maximum(s.need, g.need_bytes[t]) <= m.capacity
     copies_in = mask[:, None] & ~local & ~s.copied[parents]  # [K, D] inputs new to the device
     running = s.live + g.out_bytes[t] + (in_bytes[:, None] * copies_in).sum(0)
-    fits_live = params_after + jnp.maximum(s.peak, running) <= m.capacity
     hinted = devices == g.hint[t]  # a declared start's device stays allowed
+    reserved = s.reserved - hinted * _reservation(g, t)  # but op t's own
+    fits_live = params_after + reserved + jnp.maximum(s.peak, running) <= m.capacity
     allowed = jnp.where(fits_live.any(), fits_live | hinted, jnp.where(fits.any(), fits, True))
     previous = s.device[jnp.maximum(t - 1, 0)]
     op_time = jnp.maximum(duration.mean() + m.delta1, 1e-3)
@@ -243,7 +248,14 @@ def commit(
         copied=copied,
         live=live,
         peak=peak,
+        reserved=s.reserved.at[jnp.maximum(g.hint[t], 0)].add(-_reservation(g, t)),
     )
+
+
+def _reservation(g: GraphArrays, t) -> jax.Array:
+    """Bytes the hint reserves for position t (or every position, `...`): its charged
+    parameters where the hint names a device, else 0."""
+    return jnp.where((g.hint[t] >= 0) & g.real[t], g.param_bytes[t], 0.0)
 
 
 def _live_memory(g: GraphArrays, s: Schedule, t: jax.Array, device: jax.Array) -> tuple:
