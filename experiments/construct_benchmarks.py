@@ -27,17 +27,14 @@ from bench_wide import graph_of
 from placeto_jax.cli.options import cluster_of_args
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import PIPELINES, make_config, to_dict
-from placeto_jax.env.bank import PlacementGraph
 from placeto_jax.files import write_result
 from placeto_jax.graphs.families import SPLITS
 from placeto_jax.graphs.registry import resolve_graph
-from placeto_jax.pipeline import Policy, pipeline_json, place_many, untrained
+from placeto_jax.pipeline import Policy, pipeline_json, place_many, uniform_random, untrained
 from placeto_jax.placers import fast_heuristics, fastest_fitting
 from placeto_jax.report import format_table
 from placeto_jax.reproduce.benchmarks import Case, benchmark_cases
 from placeto_jax.reproduce.construct import train_construct
-from placeto_jax.rl import construct_loop as cl
-from placeto_jax.rl.evaluate import rank_visited
 from placeto_jax.sim.ranking import penalised_makespan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,14 +72,6 @@ def per_graph_policy(args, name: str, graph, cluster: Cluster) -> tuple[Policy, 
     with tempfile.TemporaryDirectory(prefix="construct-graph-") as workdir:
         policy, _ = train_construct(config, [(name, graph)], cluster, workdir)
     return policy, time.perf_counter() - began
-
-
-def uniform(policy: Policy, name: str, graph, cluster: Cluster, pipeline, key):
-    """The best of 1 + samples uniformly random episodes, ranked exactly (a `Placement`)."""
-    bank = cl.Bank.of([(name, graph)], cluster)
-    rows = cl.candidates(policy.config, policy.params, bank, 0, key, pipeline.samples,
-                         pipeline.temperature, "uniform")  # fmt: skip
-    return rank_visited(PlacementGraph(name, graph), cluster, rows, "uniform")
 
 
 def score(placed, cluster: Cluster) -> float:
@@ -140,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
         mine = placed(policy)
         ref = score(best, cluster)
-        controls = (placed(untrained(policy)).result,
-                    uniform(policy, name, graph, cluster, pipeline, key))  # fmt: skip
+        controls = (placed(untrained(policy)).result, placed(uniform_random(policy)).result)
         row = {"graph": name, "ops": graph.n_ops, "devices": cluster.n_devices,
                "heuristic": best.method, "heuristic_ms": best.makespan / 1e3,
                "heuristic_fits": best.fits_memory, "policy_fits": mine.result.fits_memory,
