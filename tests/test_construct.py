@@ -246,7 +246,8 @@ def test_a_device_whose_live_outputs_leave_no_room_is_not_allowed():
     # p and q (50 kB outputs) both feed r. With p on device 0 and r unplaced, p's output is
     # live there, so q on 0 would hold 100 kB > 80 kB (the simulator's peak for p, q, r on 0);
     # the single-op bound (50 kB) allows it. A declared start keeps its device allowed, and
-    # when no device has room by the estimate, the single-op bound decides again.
+    # when no device has room by the estimate, the single-op bound decides again, or the
+    # declared start's device alone where the start fits memory.
     graph = Graph.from_edges(cost=[10.0, 10.0, 10.0], out_bytes=[50e3, 50e3, 0.0],
                              edges=[(0, 2), (1, 2)])  # fmt: skip
     cluster = Cluster.preset("placeto-k80", 2, memory=80e3)
@@ -266,6 +267,12 @@ def test_a_device_whose_live_outputs_leave_no_room_is_not_allowed():
     full = dataclasses.replace(s, peak=jnp.full(2, 80e3, jnp.float32))  # no room by the estimate
     np.testing.assert_array_equal(np.asarray(env.look(g, machine, full, jnp.asarray(2)).allowed),
                                   [True, True])  # fmt: skip
+    hinted = dataclasses.replace(g, hint=g.hint.at[2].set(1))  # a hint that overflows: the same
+    np.testing.assert_array_equal(np.asarray(env.look(hinted, machine, full, 2).allowed),
+                                  [True, True])  # fmt: skip
+    fitting = dataclasses.replace(hinted, hint_fits=jnp.asarray(True))  # its device alone
+    np.testing.assert_array_equal(np.asarray(env.look(fitting, machine, full, 2).allowed),
+                                  [False, True])  # fmt: skip
 
 
 def test_a_device_keeps_room_for_the_parameters_the_hint_puts_on_it_later():
@@ -284,6 +291,7 @@ def test_a_device_keeps_room_for_the_parameters_the_hint_puts_on_it_later():
     _, out = _episodes(graph, cluster, least_busy)
     assert np.asarray(out.device[0])[:3].tolist() == [0, 1, 0]  # unhinted: c overflows
     built = build("g", graph, cluster, hint=np.array([0, 0, 1]))
+    assert built.hint_fits and not build("g", graph, cluster, hint=np.zeros(3, int)).hint_fits
     g = env.GraphArrays.stack([built]).at(0)
     out = env.rollout(g, env.Machine.of(cluster), least_busy, jax.random.key(0))
     expected_allowed = [[True, False], [True, False], [False, True]]

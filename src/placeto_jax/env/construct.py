@@ -21,10 +21,11 @@ device, is live from its placing until every consumer of the output is placed (t
 once is the estimate's peak; within a few percent of the simulator's on the benchmark files).
 With a declared start (the hint), a device must also keep room for the parameters the hint
 puts on it later, so that the hint can always finish what the episode leaves (its reservation);
-the hint's device stays allowed. When no device fits by the estimate, the devices that fit by a
-lower bound are (parameters and the largest bytes one op holds while it runs: its output and
-inputs), and all are when none does. A co-location class's later members follow their leader:
-no decision.
+the hint's device stays allowed, and is the only one when no device fits by the estimate and
+the hint fits memory by exact simulation. Otherwise, when none fits, the devices that fit by a
+lower bound are allowed (parameters and the largest bytes one op holds while it runs: its
+output and inputs), and all are when none does. A co-location class's later members follow
+their leader: no decision.
 
 An episode costs O(N (K + D)) for N ops of at most K parents on D devices; its placement is
 scored once by the exact simulator (`sim/`) outside this module.
@@ -65,6 +66,7 @@ class GraphArrays:
     receivers: jax.Array  # [G, Ep] int32
     edge_mask: jax.Array  # [G, Ep] bool
     hint: jax.Array  # [G, Np] int32, -1 where none
+    hint_fits: jax.Array  # [G] bool: the hint fits memory by exact simulation
     scale: jax.Array  # [G] µs
 
     @classmethod
@@ -193,7 +195,8 @@ def look(g: GraphArrays, m: Machine, s: Schedule, t: jax.Array) -> Look:
     hinted = devices == g.hint[t]  # a declared start's device stays allowed
     reserved = s.reserved - hinted * _reservation(g, t)  # but op t's own
     fits_live = params_after + reserved + jnp.maximum(s.peak, running) <= m.capacity
-    allowed = jnp.where(fits_live.any(), fits_live | hinted, jnp.where(fits.any(), fits, True))
+    fallback = jnp.where(g.hint_fits, hinted, jnp.where(fits.any(), fits, True))
+    allowed = jnp.where(fits_live.any(), fits_live | hinted, fallback)
     previous = s.device[jnp.maximum(t - 1, 0)]
     op_time = jnp.maximum(duration.mean() + m.delta1, 1e-3)
     scale = g.scale

@@ -17,6 +17,7 @@ import numpy as np
 from placeto_jax.cluster import Cluster
 from placeto_jax.graphs.core import Graph
 from placeto_jax.placers.timeline import downward_rank, upward_rank
+from placeto_jax.sim.api import simulate
 from placeto_jax.sim.padded import fine_bucket
 
 N_STATIC = 9  # static node features, `static_features`
@@ -45,6 +46,7 @@ class ConstructGraph:
     receivers: np.ndarray  # [Ep] int32 edge consumers (positions)
     edge_mask: np.ndarray  # [Ep] bool
     hint: np.ndarray  # [Np] int32 a declared start's device per position, -1 where none
+    hint_fits: bool  # the hint fits every device's memory by exact simulation (False: none)
     scale: float  # µs: (sum of cost + delta1 per op) / D
 
     @property
@@ -144,6 +146,7 @@ def build(
         receivers=receivers,
         edge_mask=edge_mask,
         hint=_hint(hint, order, n_pad, cluster),
+        hint_fits=hint is not None and _fits(graph, cluster, np.asarray(hint)),
         scale=max(scale, 1e-9),
     )
 
@@ -153,6 +156,12 @@ def _hint(hint: np.ndarray | None, order: np.ndarray, n_pad: int, cluster: Clust
     if hint is not None:
         out[: order.size] = in_label_order(np.asarray(hint)[order], cluster)
     return out
+
+
+def _fits(graph: Graph, cluster: Cluster, placement: np.ndarray) -> bool:
+    """Whether `placement` fits every device's memory (one exact simulation)."""
+    peak = simulate(graph, cluster, placement).peak_memory
+    return bool(np.all(peak <= cluster.memory_array))
 
 
 def in_label_order(by_position: np.ndarray, cluster: Cluster) -> np.ndarray:
