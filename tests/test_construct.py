@@ -278,8 +278,8 @@ def test_a_device_whose_live_outputs_leave_no_room_is_not_allowed():
 def test_a_device_keeps_room_for_the_parameters_the_hint_puts_on_it_later():
     # Weights a, b (50 kB) and c (100 kB), visited in that order, 100 kB per device; the hint
     # puts a and b on device 0, c on 1. A chooser that balances busy time puts a on 0, b on 1
-    # and then has no room for c (150 kB either way). With c's 100 kB reserved on device 1, b
-    # may go there only with 150 kB, so the episode finishes the hint and fits.
+    # and then has no room for c (150 kB either way). With c's 100 kB reserved on device 1, a
+    # or b there would need 150 kB, so both stay on 0 and the episode finishes the hint.
     graph = Graph.from_edges(cost=[10.0] * 3, out_bytes=[0.0] * 3, edges=np.zeros((0, 2), int),
                              param_bytes=[50e3, 50e3, 100e3])  # fmt: skip
     cluster = Cluster.preset("placeto-k80", 2, memory=100e3)
