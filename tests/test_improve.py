@@ -226,6 +226,7 @@ def test_the_best_of_several_groupings_fits_memory_first_and_counts_every_one():
         best_of_groupings([])
 
 
+@pytest.mark.slow  # 27 s; `make test-slow`
 def test_each_benchmark_variant_counts_its_training_and_its_sampled_episodes():
     config = make_config(None, ["train.iterations=1", "train.episodes=4", "policy.rounds=1",
                                 "run.eval_every=1", "run.buckets=8"], n_devices=2)  # fmt: skip

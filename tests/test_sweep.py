@@ -256,6 +256,7 @@ def test_the_command_reads_a_cluster_file_and_its_device_count(monkeypatch, tmp_
             args.command(args)
 
 
+@pytest.mark.slow  # 20 s; train and place on a cluster file: tests/test_cluster_files.py
 def test_a_sweep_on_a_custom_cluster_trains_and_scores_on_it(tmp_path, monkeypatch):
     # four times faster devices: every simulated makespan is the custom cluster's, which
     # `pj.simulate` gives independently for the single-device placement and the greedy one
