@@ -19,6 +19,7 @@ from placeto_jax.graphs.core import Graph
 from placeto_jax.placers.timeline import downward_rank, upward_rank
 from placeto_jax.sim.api import simulate
 from placeto_jax.sim.padded import fine_bucket
+from placeto_jax.sim.ranking import fits_memory
 
 N_STATIC = 9  # static node features, `static_features`
 MIN_PARENTS = 4  # the parent table is at least this wide
@@ -160,8 +161,7 @@ def _hint(hint: np.ndarray | None, order: np.ndarray, n_pad: int, cluster: Clust
 
 def _fits(graph: Graph, cluster: Cluster, placement: np.ndarray) -> bool:
     """Whether `placement` fits every device's memory (one exact simulation)."""
-    peak = simulate(graph, cluster, placement).peak_memory
-    return bool(np.all(peak <= cluster.memory_array))
+    return bool(fits_memory(simulate(graph, cluster, placement).peak_memory[None], cluster)[0])
 
 
 def in_label_order(by_position: np.ndarray, cluster: Cluster) -> np.ndarray:
