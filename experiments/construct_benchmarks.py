@@ -5,7 +5,8 @@ same pipeline with the untrained policy and with uniformly random episodes, and 
 heuristic on the same graph (`--graphs`: named graphs instead, on `--devices` placeto-k80s;
 `zoo-ops:MODEL` is a zoo model's op graph, ungrouped; `--level LayerGraphs`: the folder's
 layer graphs). `--per-graph` adds a policy trained on
-each graph alone (imitation of its best teacher, then self-imitation), placed the same way.
+each graph alone (imitation of its best teacher, then self-imitation, no hint reservation),
+placed the same way.
 Ratios are of makespans penalised for memory overflow (`sim.ranking.penalised_makespan`): a
 placement that does not fit loses to one that does.
 
@@ -65,9 +66,12 @@ def named_cases(specs: str, cluster: Cluster) -> list[Case]:
 
 
 def per_graph_policy(args, name: str, graph, cluster: Cluster) -> tuple[Policy, float]:
-    """A policy trained on `graph` alone, and its training seconds."""
+    """A policy trained on `graph` alone, and its training seconds. It places the graph whose
+    teacher it imitated, so its mask keeps no room for the hint (`env.construct_reserve`):
+    the teacher may repack memory the hint filled."""
     began = time.perf_counter()
-    config = make_config("construct", args.per_graph_set, n_devices=cluster.n_devices,
+    overrides = ["env.construct_reserve=false", *args.per_graph_set]
+    config = make_config("construct", overrides, n_devices=cluster.n_devices,
                          cluster_preset=cluster.preset_name())  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="construct-graph-") as workdir:
         policy, _ = train_construct(config, [(name, graph)], cluster, workdir)

@@ -59,7 +59,7 @@ def placed_ratio(config, params, name, graph, cluster, args, mode="policy"):
     if config.env.construct_hint == "best":
         results = best_teacher(graph, cluster, jax.random.key(0))
         hints, spent = [results[0].placement], simulations(results)
-    bank = cl.Bank.of([(name, graph)], cluster, hints)
+    bank = cl.Bank.of([(name, graph)], cluster, hints, config.env.construct_reserve)
     key = jax.random.fold_in(jax.random.key(7), int(graph.digest[:8], 16))
     rows = cl.candidates(config, params, bank, 0, key, args.samples, args.temperature, mode)
     by_position = np.stack([bank.built[0].by_position(r) for r in rows])[None]

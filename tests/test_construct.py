@@ -299,6 +299,16 @@ def test_a_device_keeps_room_for_the_parameters_the_hint_puts_on_it_later():
     placement = built.placement(np.asarray(out.device))
     assert placement.tolist() == [0, 0, 1]
     assert np.all(simulate(graph, cluster, placement).peak_memory <= 100e3)
+    # Without the reservation (`env.construct_reserve=false`) a and b may go anywhere; c has
+    # no room by the estimate, and the hint fits, so its device alone: c overflows device 1.
+    unreserved = build("g", graph, cluster, hint=np.array([0, 0, 1]), reserve=False)
+    g = env.GraphArrays.stack([unreserved]).at(0)
+    out = env.rollout(g, env.Machine.of(cluster), least_busy, jax.random.key(0))
+    expected_allowed = [[True, True], [True, True], [False, True]]
+    np.testing.assert_array_equal(np.asarray(out.allowed)[:3], expected_allowed)
+    placement = unreserved.placement(np.asarray(out.device))
+    assert placement.tolist() == [0, 1, 1]
+    np.testing.assert_allclose(simulate(graph, cluster, placement).peak_memory, [50e3, 150e3])
 
 
 def test_the_policy_is_equivariant_under_renaming_devices():

@@ -41,6 +41,9 @@ class EnvConfig:
     mask_out_of_memory: bool = False  # forbid devices whose memory the node would overflow
     construct_hint: ConstructHint = "none"  # construct agent: "best": each op observes the
     #   device the best of its teachers gives it (a declared start, counted in evaluations)
+    construct_reserve: bool = True  # with a hint, each device keeps room for the parameters
+    #   the hint puts on it later (False: a policy trained on the graph it places, whose
+    #   teacher may repack memory the hint filled)
     reward_graph: RewardGraph = "grouped"  # "ops": simulate the op graph, placement expanded
 
 

@@ -379,7 +379,8 @@ def _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log):
                                 time.perf_counter() - began + earlier,
                                 hinted[0].makespan))  # fmt: skip
             began = time.perf_counter()
-        bank = construct_loop.Bank.of([(name, graph)], cluster, hints)
+        reserve = policy.config.env.construct_reserve
+        bank = construct_loop.Bank.of([(name, graph)], cluster, hints, reserve)
         graph_key = jax.random.fold_in(key, int(graph.digest[:8], 16))
         mode = "uniform" if policy.uniform else "policy"
         rows = construct_loop.candidates(policy.config, policy.params, bank, 0, graph_key,

@@ -67,6 +67,7 @@ class GraphArrays:
     edge_mask: jax.Array  # [G, Ep] bool
     hint: jax.Array  # [G, Np] int32, -1 where none
     hint_fits: jax.Array  # [G] bool: the hint fits memory by exact simulation
+    reserve: jax.Array  # [G] bool: each device keeps room for the hint's later parameters
     scale: jax.Array  # [G] µs
 
     @classmethod
@@ -257,8 +258,8 @@ def commit(
 
 def _reservation(g: GraphArrays, t) -> jax.Array:
     """Bytes the hint reserves for position t (or every position, `...`): its charged
-    parameters where the hint names a device, else 0."""
-    return jnp.where((g.hint[t] >= 0) & g.real[t], g.param_bytes[t], 0.0)
+    parameters where the hint names a device and `g.reserve`, else 0."""
+    return jnp.where((g.hint[t] >= 0) & g.real[t] & g.reserve, g.param_bytes[t], 0.0)
 
 
 def _live_memory(g: GraphArrays, s: Schedule, t: jax.Array, device: jax.Array) -> tuple:

@@ -48,6 +48,7 @@ class ConstructGraph:
     edge_mask: np.ndarray  # [Ep] bool
     hint: np.ndarray  # [Np] int32 a declared start's device per position, -1 where none
     hint_fits: bool  # the hint fits every device's memory by exact simulation (False: none)
+    reserve: bool  # each device keeps room for the parameters the hint puts on it later
     scale: float  # µs: (sum of cost + delta1 per op) / D
 
     @property
@@ -103,10 +104,12 @@ def build(
     cluster: Cluster,
     pad: Padding | None = None,
     hint: np.ndarray | None = None,
+    reserve: bool = True,
 ) -> ConstructGraph:
     """`graph` as a `ConstructGraph` (module docstring), padded to `pad` (default: its own
     `Padding.covering`); `hint` [N] a placement every op observes (devices renamed in order
-    of first use on a homogeneous cluster), or none."""
+    of first use on a homogeneous cluster), or none; `reserve`: the mask keeps room for the
+    hint's later parameters on each device (`env.construct`)."""
     n = graph.n_ops
     order = visiting_order(graph, cluster)
     position = np.empty(n, dtype=np.int64)
@@ -148,6 +151,7 @@ def build(
         edge_mask=edge_mask,
         hint=_hint(hint, order, n_pad, cluster),
         hint_fits=hint is not None and _fits(graph, cluster, np.asarray(hint)),
+        reserve=reserve,
         scale=max(scale, 1e-9),
     )
 

@@ -90,13 +90,19 @@ class Bank:
 
     @classmethod
     def of(
-        cls, named: list[tuple[str, Graph]], cluster: Cluster, hints: list | None = None
+        cls,
+        named: list[tuple[str, Graph]],
+        cluster: Cluster,
+        hints: list | None = None,
+        reserve: bool = True,
     ) -> Bank:
-        """The op graphs `named`, with `hints` (one placement [N] per graph) observed."""
+        """The op graphs `named`, with `hints` (one placement [N] per graph) observed and, with
+        `reserve`, their later parameters kept room for (`build`)."""
         pad = Padding.covering([g for _, g in named])
         hints = [None] * len(named) if hints is None else hints
         built = tuple(
-            build(name, g, cluster, pad, h) for (name, g), h in zip(named, hints, strict=True)
+            build(name, g, cluster, pad, h, reserve)
+            for (name, g), h in zip(named, hints, strict=True)
         )
         return cls(
             names=tuple(n for n, _ in named),
@@ -196,7 +202,7 @@ class Run:
         rows, hint_rows, reference = teacher_rows(bank, cluster, taught)
         if config.env.construct_hint == "best":
             hints = [b.placement(r) for b, r in zip(bank.built, hint_rows, strict=True)]
-            bank = Bank.of(named, cluster, hints)
+            bank = Bank.of(named, cluster, hints, config.env.construct_reserve)
         return cls(config, bank, cluster, learner_of(config), jnp.asarray(rows), reference)
 
     def update(self, state: ConstructState) -> tuple[ConstructState, dict[str, float]]:
