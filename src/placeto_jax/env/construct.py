@@ -20,9 +20,10 @@ estimate that follows the visiting order: each output, and each copy of it on a 
 device, is live from its placing until every consumer of the output is placed (the most live at
 once is the estimate's peak; within a few percent of the simulator's on the benchmark files).
 With a declared start (the hint), a device must also keep room for the parameters the hint
-puts on it later, so that the hint can always finish what the episode leaves (its reservation);
-the hint's device stays allowed, and is the only one when no device fits by the estimate and
-the hint fits memory by exact simulation. Otherwise, when none fits, the devices that fit by a
+puts on it later, so that the hint can always finish what the episode leaves (its reservation;
+off where the graph's `reserve` is, `env.construct_reserve`); the hint's device stays allowed,
+and is the only one when no device fits by the estimate and the hint fits memory by exact
+simulation. Otherwise, when none fits, the devices that fit by a
 lower bound are allowed (parameters and the largest bytes one op holds while it runs: its
 output and inputs), and all are when none does. A co-location class's later members follow
 their leader: no decision.
