@@ -290,25 +290,27 @@ def test_a_device_keeps_room_for_the_parameters_the_hint_puts_on_it_later():
 
     _, out = _episodes(graph, cluster, least_busy)
     assert np.asarray(out.device[0])[:3].tolist() == [0, 1, 0]  # unhinted: c overflows
-    built = build("g", graph, cluster, hint=np.array([0, 0, 1]))
-    assert built.hint_fits and not build("g", graph, cluster, hint=np.zeros(3, int)).hint_fits
-    g = env.GraphArrays.stack([built]).at(0)
-    out = env.rollout(g, env.Machine.of(cluster), least_busy, jax.random.key(0))
-    expected_allowed = [[True, False], [True, False], [False, True]]
-    np.testing.assert_array_equal(np.asarray(out.allowed)[:3], expected_allowed)
-    placement = built.placement(np.asarray(out.device))
-    assert placement.tolist() == [0, 0, 1]
-    assert np.all(simulate(graph, cluster, placement).peak_memory <= 100e3)
+    assert not build("g", graph, cluster, hint=np.zeros(3, int)).hint_fits
+
+    def hinted(reserve: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(allowed [3, 2], placement [3], peak memory [2]) of the chooser given the hint."""
+        built = build("g", graph, cluster, hint=np.array([0, 0, 1]), reserve=reserve)
+        assert built.hint_fits
+        g = env.GraphArrays.stack([built]).at(0)
+        out = env.rollout(g, env.Machine.of(cluster), least_busy, jax.random.key(0))
+        placement = built.placement(np.asarray(out.device))
+        peak = simulate(graph, cluster, placement).peak_memory
+        return np.asarray(out.allowed)[:3], placement, peak
+
+    allowed, placement, peak = hinted(reserve=True)
+    np.testing.assert_array_equal(allowed, [[True, False], [True, False], [False, True]])
+    assert placement.tolist() == [0, 0, 1] and np.all(peak <= 100e3)
     # Without the reservation (`env.construct_reserve=false`) a and b may go anywhere; c has
     # no room by the estimate, and the hint fits, so its device alone: c overflows device 1.
-    unreserved = build("g", graph, cluster, hint=np.array([0, 0, 1]), reserve=False)
-    g = env.GraphArrays.stack([unreserved]).at(0)
-    out = env.rollout(g, env.Machine.of(cluster), least_busy, jax.random.key(0))
-    expected_allowed = [[True, True], [True, True], [False, True]]
-    np.testing.assert_array_equal(np.asarray(out.allowed)[:3], expected_allowed)
-    placement = unreserved.placement(np.asarray(out.device))
+    allowed, placement, peak = hinted(reserve=False)
+    np.testing.assert_array_equal(allowed, [[True, True], [True, True], [False, True]])
     assert placement.tolist() == [0, 1, 1]
-    np.testing.assert_allclose(simulate(graph, cluster, placement).peak_memory, [50e3, 150e3])
+    np.testing.assert_allclose(peak, [50e3, 150e3])
 
 
 def test_the_policy_is_equivariant_under_renaming_devices():

@@ -23,9 +23,9 @@ With a declared start (the hint), a device must also keep room for the parameter
 puts on it later, so that the hint can always finish what the episode leaves (its reservation;
 off where the graph's `reserve` is, `env.construct_reserve`); the hint's device stays allowed,
 and is the only one when no device fits by the estimate and the hint fits memory by exact
-simulation. Otherwise, when none fits, the devices that fit by a
-lower bound are allowed (parameters and the largest bytes one op holds while it runs: its
-output and inputs), and all are when none does. A co-location class's later members follow
+simulation. Otherwise, when none fits, the devices that fit by a lower bound are allowed
+(parameters and the largest bytes one op holds while it runs: its output and inputs), and all
+are when none does. A co-location class's later members follow
 their leader: no decision.
 
 An episode costs O(N (K + D)) for N ops of at most K parents on D devices; its placement is
