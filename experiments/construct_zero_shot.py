@@ -59,12 +59,16 @@ def placed_ratio(config, params, name, graph, cluster, args, mode="policy"):
     if config.env.construct_hint == "best":
         results = best_teacher(graph, cluster, jax.random.key(0))
         hints, spent = [results[0].placement], simulations(results)
-    bank = cl.Bank.of([(name, graph)], cluster, hints, config.env.construct_reserve)
+    env = config.env
+    bank = cl.Bank.of([(name, graph)], cluster, hints, env.construct_reserve,
+                      env.construct_lookahead)  # fmt: skip
     key = jax.random.fold_in(jax.random.key(7), int(graph.digest[:8], 16))
     rows = cl.candidates(config, params, bank, 0, key, args.samples, args.temperature, mode)
     by_position = np.stack([bank.built[0].by_position(r) for r in rows])[None]
     runtime = cl.scores(bank, cluster, [0], by_position)[0]
-    return float(runtime.min()), float(runtime[0]), spent + len(rows)
+    looked = 0 if mode == "uniform" else len(rows) * cl.lookahead_evaluations(
+        bank, 0, cluster.n_devices)  # fmt: skip
+    return float(runtime.min()), float(runtime[0]), spent + len(rows) + looked
 
 
 def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
@@ -168,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         warm_s = time.perf_counter() - began
         untrained_ms, _, _ = placed_ratio(config, untrained, name, graph, cluster, args)
         uniform_ms, _, _ = placed_ratio(config, untrained, name, graph, cluster, args, "uniform")
+        if config.env.construct_lookahead:  # the rule its teacher follows, without a policy
+            rule_ms, _, _ = placed_ratio(config, untrained, name, graph, cluster, args,
+                                         "lookahead")  # fmt: skip
         best = cached_best(name, graph, cluster)
         ref = best["makespan_us"]
         row = {"graph": name, "ops": graph.n_ops, "heuristic": best["method"],
@@ -175,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                "greedy_ratio": greedy / ref, "untrained_ratio": untrained_ms / ref,
                "uniform_ratio": uniform_ms / ref, "evaluations": spent,
                "place_s": place_s, "place_warm_s": warm_s}  # fmt: skip
+        if config.env.construct_lookahead:
+            row["lookahead_rule_ratio"] = rule_ms / ref
         if args.search:  # the time of a compiled placement: what a user placing many pays
             found = {}
             for method in ("local-search", "cross-entropy"):
@@ -184,13 +193,14 @@ def main(argv: list[str] | None = None) -> int:
             row.update({k: v / ref if not k.endswith("_n") else v for k, v in found.items()})
         rows.append(row)
         print(json.dumps(row), flush=True)
+    labels = ["policy", "greedy", "untrained", "uniform"]
+    labels += ["lookahead_rule"] if config.env.construct_lookahead else []
     geo = {
         label: math.exp(sum(math.log(r[f"{label}_ratio"]) for r in rows) / len(rows))
-        for label in ("policy", "greedy", "untrained", "uniform")
+        for label in labels
     }
     worst = max(r["policy_ratio"] for r in rows)
-    columns = ["graph", "ops", "heuristic", "heuristic_ms", "policy_ratio", "greedy_ratio",
-               "untrained_ratio", "uniform_ratio"]  # fmt: skip
+    columns = ["graph", "ops", "heuristic", "heuristic_ms"] + [f"{x}_ratio" for x in labels]
     print(format_table([columns] + [[_cell(r[c]) for c in columns] for r in rows]))
     print("geomean", {k: round(v, 4) for k, v in geo.items()}, "worst", round(worst, 4),
           f"train {train_s:.0f}s")  # fmt: skip

@@ -607,7 +607,8 @@ def test_self_imitation_keeps_a_graphs_best_placement_only_when_faster():
 @pytest.mark.parametrize(
     "preset, teacher",
     [("construct", "the best heuristic"),
-     ("construct-hinted", "the best heuristic improved by a search pass")],  # make run's
+     ("construct-hinted", "the best heuristic improved by a search pass"),  # make run's
+     ("construct-lookahead", "the best heuristic improved by its lookahead episode")],
 )  # fmt: skip
 def test_train_with_the_construct_preset_from_the_command_line(tmp_path, capsys, preset, teacher):
     from placeto_jax.cli import main
@@ -631,3 +632,100 @@ def test_train_with_the_construct_preset_from_the_command_line(tmp_path, capsys,
         doc["untrained_makespan_us"] / 1e3, abs=1e-3
     )
     assert float(cells[-2].rstrip("*")) == pytest.approx(doc["uniform_makespan_us"] / 1e3, abs=1e-3)
+
+
+# ------------------------------------------------------------------------------ the lookahead
+def _reference_pass(graph: Graph, cluster: Cluster, built) -> tuple[np.ndarray, list]:
+    """The lookahead episode written out on the host with the reference simulator: from the
+    hint, each class in visiting order tried on every device (the others where the hint and the
+    earlier classes put them), moved to the first best device when strictly better. Returns
+    the placement, and per decision the log penalised makespans on each device and the hint's
+    device."""
+    from placeto_jax.sim.ranking import penalised_makespan
+    from placeto_jax.sim.reference import simulate_reference
+
+    def log_runtime(placement):
+        sim = simulate_reference(graph, cluster, placement)
+        return float(np.log(penalised_makespan(sim.makespan[None], sim.peak_memory[None],
+                                               cluster)[0]))  # fmt: skip
+
+    current = built.placement(built.hint)
+    now, seen, hinted = log_runtime(current), [], []
+    for position in range(built.n_ops):
+        if built.leader[position] != position:
+            continue
+        ops = built.op_index[built.leader[: built.n_ops] == position]
+        runtimes = []
+        for d in range(cluster.n_devices):
+            candidate = current.copy()
+            candidate[ops] = d
+            runtimes.append(now if d == current[ops[0]] else log_runtime(candidate))
+        seen.append(runtimes)
+        hinted.append(current[ops[0]])
+        best = int(np.argmin(runtimes))
+        if runtimes[best] < now:
+            current[ops], now = best, runtimes[best]
+    return current, np.asarray(seen), np.asarray(hinted)
+
+
+def _lookahead_case(seed: int):
+    """A random graph (a co-location class added to the graph of seed 0), a cluster of 2 to 4
+    devices and a random hint that keeps the class together."""
+    graph, cluster, _ = random_case(seed, max_ops=24, max_devices=4)
+    if cluster.n_devices == 1:
+        cluster = Cluster.preset("placeto-k80", 3)
+    if seed == 0 and graph.n_ops >= 4:
+        classes = np.full(graph.n_ops, -1)
+        classes[[0, graph.n_ops - 1]] = 0
+        graph = dataclasses.replace(graph, colocation=classes)
+    hint = np.random.default_rng(seed).integers(0, cluster.n_devices, graph.n_ops)
+    if graph.colocation is not None:
+        hint[graph.colocation == 0] = hint[graph.colocation == 0][0]
+    return graph, cluster, hint
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_lookahead_episode_matches_a_reference_pass_on_random_graphs(seed):
+    graph, cluster, hint = _lookahead_case(seed)
+    bank = loop.Bank.of([("g", graph)], cluster, [hint], lookahead=True)
+    played = loop.lookahead_episodes(loop.learner_of(_config()), bank, progress=False)
+    built = bank.built[0]
+    expected, seen, hinted = _reference_pass(graph, cluster, built)
+    np.testing.assert_array_equal(built.placement(np.asarray(played.device[0, 0])), expected)
+    decisions = np.asarray(played.decision[0, 0])
+    features = np.asarray(played.features[0, 0])[decisions][:, :, env.N_DYNAMIC :]
+    against_hint = seen - seen[np.arange(len(seen)), hinted][:, None]
+    against_best = seen - seen.min(axis=1, keepdims=True)
+    np.testing.assert_allclose(features[:, :, 0], np.arcsinh(100 * against_hint), atol=1e-3)
+    np.testing.assert_allclose(features[:, :, 1], np.arcsinh(100 * against_best), atol=1e-3)
+
+
+def test_the_lookahead_runs_only_with_a_hint():
+    with pytest.raises(ValueError, match=r"env\.construct_lookahead .*construct_hint=best"):
+        make_config("construct", ["env.construct_lookahead=true"])
+    with pytest.raises(ValueError, match=r"train\.teacher .*construct_lookahead=true"):
+        make_config("construct-hinted", ["train.teacher=lookahead"])
+    with pytest.raises(ValueError, match=r"g: the lookahead needs a hint \(env.construct_hint"):
+        loop.Bank.of([("g", _colocated())], CLUSTER, lookahead=True)
+
+
+def test_a_lookahead_episode_counts_a_simulation_per_other_device_and_decision(tmp_path):
+    # _colocated on 2 devices: 3 decisions (w and u one class), each simulating the other
+    # device, and the hint once: 4. The policy trained on the lookahead teacher places the graph
+    # through the pipeline, whose episodes stage counts them beside its one scoring.
+    graph, named = _colocated(), [("g", _colocated())]
+    config = apply(make_config("construct-lookahead", ["policy.width=8", "policy.rounds=1",
+                                                       "train.imitation=2"], n_devices=2),
+                   {"run.eval_every": 1})  # fmt: skip
+    bank = loop.Bank.of(named, CLUSTER, [np.zeros(4, np.int64)], lookahead=True)
+    assert loop.lookahead_evaluations(bank, 0, 2) == 4
+    taught = teachers(named, CLUSTER, config.seed, "lookahead")
+    run = loop.Run.make(config, named, CLUSTER, taught)
+    built = run.bank.built[0]
+    expected, _, _ = _reference_pass(graph, CLUSTER, built)
+    np.testing.assert_array_equal(built.placement(np.asarray(run.teacher[0])), expected)
+    assert run.reference[0] == pytest.approx(float(simulate(graph, CLUSTER, expected).makespan))
+    loop.train_in(config, named, CLUSTER, tmp_path, taught, progress=False)
+    placed = pj.place(graph, CLUSTER, make_pipeline("policy"), pj.Policy.load(str(tmp_path)))
+    assert [s.name for s in placed.stages] == ["heuristics", "episodes"]
+    assert placed.stages[1].evaluations == 1 + 4

@@ -22,7 +22,7 @@ MessagePassing = Literal["radial", "sweep", "none"]
 Baseline = Literal["per-step", "none"]
 Agent = Literal["paper", "construct"]
 ConstructHint = Literal["none", "best"]
-TeacherKind = Literal["best", "searched", "descent"]
+TeacherKind = Literal["best", "searched", "descent", "lookahead"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,8 @@ class EnvConfig:
     construct_reserve: bool = True  # with a hint, each device keeps room for the parameters
     #   the hint puts on it later (False: a policy trained on the graph it places, whose
     #   teacher may repack memory the hint filled)
+    construct_lookahead: bool = False  # with a hint: each device also observes the exact
+    #   makespan of the hint completing the episode with the op there (D simulations a step)
     reward_graph: RewardGraph = "grouped"  # "ops": simulate the op graph, placement expanded
 
 
@@ -67,7 +69,8 @@ class TrainConfig:
     teacher: TeacherKind = "best"  # construct agent: what it imitates; "searched": the best
     #   heuristic improved by local search with random proposals (`stages.teachers`);
     #   "descent": steepest descent over segment moves from that and from the best heuristic,
-    #   the better kept (`placers.segments`: for training on one graph of up to ~1,000 ops)
+    #   the better kept (`placers.segments`: for training on one graph of up to ~1,000 ops);
+    #   "lookahead": the episode that takes the lookahead's best device at every step
     teacher_passes: int = 1  # construct agent, teacher "searched" or "descent": random passes
     temperature: float = 1.0  # construct agent: of the episodes sampled by the `iterations`
     #   self-imitation updates (each graph's best placement so far imitated)
@@ -174,6 +177,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESETS["construct-hinted"] = {
     **PRESETS["construct"], "env.construct_hint": "best", "train.teacher": "searched"
 }  # fmt: skip
+# The hinted agent observing, per device, the exact makespan of the hint completing its episode,
+# and imitating the episode that takes the best of them at every step.
+PRESETS["construct-lookahead"] = {
+    **PRESETS["construct"],
+    "env.construct_hint": "best",
+    "env.construct_lookahead": True,
+    "train.teacher": "lookahead",
+    "run.eval_every": 300,  # a greedy episode on every training graph simulates N (D - 1) times
+}
 
 
 Source = Literal["policy", "heuristics"]
@@ -300,13 +312,23 @@ def validate(config: Config) -> None:
             "is for agent=construct (the paper agent imitates nothing)",
         ),
         (
+            "env.construct_lookahead",
+            not config.env.construct_lookahead or config.env.construct_hint == "best",
+            "needs env.construct_hint=best (the hint completes each lookahead's placement)",
+        ),
+        (
+            "train.teacher",
+            config.train.teacher != "lookahead" or config.env.construct_lookahead,
+            "lookahead needs env.construct_lookahead=true",
+        ),
+        (
             "train.teacher_passes",
             1 <= config.train.teacher_passes <= MAX_ITERATIONS,
             f"must be in [1, {MAX_ITERATIONS:,}]",
         ),
         (
             "train.teacher_passes",
-            config.train.teacher != "best" or config.train.teacher_passes == 1,
+            config.train.teacher not in ("best", "lookahead") or config.train.teacher_passes == 1,
             "is for train.teacher=searched or descent (the best heuristic is not searched)",
         ),
         ("train.episodes", config.train.episodes >= 1, "must be >= 1"),

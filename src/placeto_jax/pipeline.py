@@ -379,8 +379,9 @@ def _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log):
                                 time.perf_counter() - began + earlier,
                                 hinted[0].makespan))  # fmt: skip
             began = time.perf_counter()
-        reserve = policy.config.env.construct_reserve
-        bank = construct_loop.Bank.of([(name, graph)], cluster, hints, reserve)
+        env = policy.config.env
+        bank = construct_loop.Bank.of([(name, graph)], cluster, hints, env.construct_reserve,
+                                      env.construct_lookahead)  # fmt: skip
         graph_key = jax.random.fold_in(key, int(graph.digest[:8], 16))
         mode = "uniform" if policy.uniform else "policy"
         rows = construct_loop.candidates(policy.config, policy.params, bank, 0, graph_key,
@@ -388,7 +389,10 @@ def _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log):
         pg = PlacementGraph(name, graph)
         ranked = rank_visited(pg, cluster, rows, "construct")
         p = dataclasses.replace(ranked, episodes=len(rows), temperature=pipeline.temperature)
-        stages.append(Stage("episodes", p.evaluations, time.perf_counter() - began, p.makespan))
+        looked = 0 if policy.uniform else len(rows) * construct_loop.lookahead_evaluations(
+            bank, 0, cluster.n_devices)  # fmt: skip
+        stages.append(Stage("episodes", p.evaluations + looked, time.perf_counter() - began,
+                            p.makespan))  # fmt: skip
         placed.append(p)
         graphs.append(pg)
     return placed, graphs

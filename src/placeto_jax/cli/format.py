@@ -312,7 +312,12 @@ def train_text(
         descended = searched + " and a segment descent"
         teacher = (
             "the best heuristic"
-            + {"best": "", "searched": searched, "descent": descended}[config.train.teacher]
+            + {
+                "best": "",
+                "searched": searched,
+                "descent": descended,
+                "lookahead": " improved by its lookahead episode",
+            }[config.train.teacher]
         )
         return "\n".join([
             f"after {updates} updates ({config.train.imitation} imitating {teacher}, "

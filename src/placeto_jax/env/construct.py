@@ -28,8 +28,16 @@ simulation. Otherwise, when none fits, the devices that fit by a lower bound are
 are when none does. A co-location class's later members follow
 their leader: no decision.
 
-An episode costs O(N (K + D)) for N ops of at most K parents on D devices; its placement is
-scored once by the exact simulator (`sim/`) outside this module.
+Lookahead (`env.construct_lookahead`, with a hint): `N_LOOKAHEAD` more features per device, from
+the exact simulator (`sim/`): the penalised makespan of the placement that puts op t's class on
+d, the ops before t where the episode put them and the later ones where the hint does (the
+hint completes the episode), against that of the hint's device and of the best device. They
+cost D - 1 simulations per decision (the hint's device is the completion so far), counted as
+evaluations (`rl.construct_loop.lookahead_evaluations`).
+
+An episode costs O(N (K + D)) for N ops of at most K parents on D devices (with the lookahead,
+N (D - 1) simulations more); its placement is scored once by the exact simulator outside this
+module.
 """
 
 from __future__ import annotations
@@ -43,8 +51,28 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.env.construct_graph import ConstructGraph
+from placeto_jax.sim.api import simulate_batch
+from placeto_jax.sim.core import SimCluster, SimGraph
+from placeto_jax.sim.ranking import MEMORY_PENALTY
 
 N_DYNAMIC = 14  # per-(op, device) features of the observation
+N_LOOKAHEAD = 2  # more of them with the lookahead
+LOOKAHEAD_SCALE = 100.0  # a lookahead feature is asinh of this times a log ratio of makespans
+#                          (about the percentage near 0, logarithmic for overflows; monotone)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Lookahead:
+    """What the lookahead simulates, stacked on the graph axis G like `GraphArrays`."""
+
+    sim: SimGraph  # [G, ...] the op graph padded for the simulator, ops in their own order
+    op_position: jax.Array  # [G, Np] int32 visiting position of each op (0 on padding)
+
+
+def n_features(g: GraphArrays) -> int:
+    """Per-(op, device) features the observation of graphs like `g` has."""
+    return N_DYNAMIC + (N_LOOKAHEAD if g.lookahead is not None else 0)
 
 
 @jax.tree_util.register_dataclass
@@ -70,12 +98,14 @@ class GraphArrays:
     hint_fits: jax.Array  # [G] bool: the hint fits memory by exact simulation
     reserve: jax.Array  # [G] bool: each device keeps room for the hint's later parameters
     scale: jax.Array  # [G] µs
+    lookahead: Lookahead | None = None  # with `env.construct_lookahead`
 
     @classmethod
-    def stack(cls, graphs: list[ConstructGraph]) -> GraphArrays:
-        """The graphs (of equal padding) on a leading axis."""
-        fields = [f.name for f in dataclasses.fields(cls)]
-        return cls(**{f: jnp.asarray(np.stack([getattr(g, f) for g in graphs])) for f in fields})
+    def stack(cls, graphs: list[ConstructGraph], lookahead: Lookahead | None = None):
+        """The graphs (of equal padding) on a leading axis, with `lookahead` (already stacked)."""
+        fields = [f.name for f in dataclasses.fields(cls) if f.name != "lookahead"]
+        arrays = {f: jnp.asarray(np.stack([getattr(g, f) for g in graphs])) for f in fields}
+        return cls(**arrays, lookahead=lookahead)
 
     def at(self, index: jax.Array) -> GraphArrays:
         """Graph `index` of the stack, without the leading axis."""
@@ -92,6 +122,8 @@ class Machine:
     capacity: jax.Array  # [D] bytes
     delta1: jax.Array  # [] µs after an op of nonzero cost
     delta2: jax.Array  # [] µs after a transfer
+    sim: SimCluster  # the cluster as the lookahead's simulator reads it (float32)
+    broadcast: bool = dataclasses.field(metadata={"static": True})  # the cluster's transfers
 
     @classmethod
     def of(cls, cluster: Cluster) -> Machine:
@@ -102,6 +134,13 @@ class Machine:
             capacity=jnp.asarray(cluster.memory_array, f32),
             delta1=jnp.asarray(cluster.delta1, f32),
             delta2=jnp.asarray(cluster.delta2, f32),
+            sim=SimCluster(
+                speed=jnp.asarray(cluster.speed, f32),
+                bandwidth=jnp.asarray(cluster.bandwidth, f32),
+                delta1=jnp.asarray(cluster.delta1, f32),
+                delta2=jnp.asarray(cluster.delta2, f32),
+            ),
+            broadcast=bool(cluster.broadcast),
         )
 
 
@@ -303,19 +342,92 @@ def rollout(g: GraphArrays, m: Machine, choose: Chooser, key: jax.Array) -> Traj
     n_pad = g.cost.shape[0]
     positions = jnp.arange(n_pad)
 
-    def step(s: Schedule, xs):
+    n_devices = m.speed.shape[0]
+
+    def step(carry, xs):
+        s, current = carry
         t, noise = xs
         seen = look(g, m, s, t)
         decides = (g.leader[t] == t) & g.real[t]
-        chosen = choose(t, seen.features, seen.allowed, noise)
+        features = seen.features
+        if g.lookahead is not None:
+            runtime = jax.lax.cond(
+                decides,
+                lambda: lookahead_runtimes(g, m, s, t, current),
+                lambda: jnp.full(n_devices, current),
+            )
+            features = jnp.concatenate([features, lookahead_features(g, t, runtime)], axis=1)
+        chosen = choose(t, features, seen.allowed, noise)
         device = jnp.where(decides, chosen, s.device[g.leader[t]]).astype(jnp.int32)
-        return commit(g, m, s, t, seen, device), (seen.features, seen.allowed, decides)
+        if g.lookahead is not None:
+            current = jnp.where(decides, runtime[device], current)
+        return (commit(g, m, s, t, seen, device), current), (features, seen.allowed, decides)
 
-    noise = gumbel_noise(key, n_pad, m.speed.shape[0])
-    final, (features, allowed, decision) = jax.lax.scan(
-        step, Schedule.empty(g, m.speed.shape[0]), (positions, noise)
+    noise = gumbel_noise(key, n_pad, n_devices)
+    first = Schedule.empty(g, n_devices)
+    current = hint_runtime(g, m) if g.lookahead is not None else jnp.zeros((), jnp.float32)
+    (final, _), (features, allowed, decision) = jax.lax.scan(
+        step, (first, current), (positions, noise)
     )
     return Trajectory(final.device, features, allowed, decision)
+
+
+def completions(g: GraphArrays, s: Schedule, t: jax.Array, devices: jax.Array) -> jax.Array:
+    """[R, Np] placements by op (of `g.lookahead.sim`): op t's class on each of `devices` [R],
+    the ops of classes led before t where `s` put them, the others where the hint does."""
+    leader = g.leader
+    placed = jnp.where(leader < t, s.device[leader], jnp.maximum(g.hint, 0))  # [Np] by position
+    by_position = jnp.where(leader[None, :] == t, devices[:, None], placed[None, :])
+    op_real = jnp.arange(g.real.shape[0]) < g.real.sum()
+    return jnp.where(op_real, by_position[:, g.lookahead.op_position], 0).astype(jnp.int32)
+
+
+def log_runtimes(g: GraphArrays, m: Machine, placements: jax.Array) -> jax.Array:
+    """[R] log penalised makespans (µs; `sim.ranking.penalised_makespan`) of placements by op
+    [R, Np], by the exact simulator in float32."""
+    out = simulate_batch(g.lookahead.sim, m.sim, placements, m.broadcast)
+    overflow = (jnp.maximum(out.peak_memory - m.capacity, 0.0) / m.capacity).sum(axis=1)
+    return jnp.log(out.makespan + MEMORY_PENALTY * overflow)
+
+
+def hint_runtime(g: GraphArrays, m: Machine) -> jax.Array:
+    """[] the hint's own `log_runtimes`: the completion before the first step."""
+    placement = jnp.where(g.real, jnp.maximum(g.hint, 0), 0)[g.lookahead.op_position]
+    op_real = jnp.arange(g.real.shape[0]) < g.real.sum()
+    return log_runtimes(g, m, jnp.where(op_real, placement, 0)[None].astype(jnp.int32))[0]
+
+
+def lookahead_runtimes(
+    g: GraphArrays, m: Machine, s: Schedule, t: jax.Array, current: jax.Array
+) -> jax.Array:
+    """[D] `log_runtimes` of op t's class on each device (`completions`): D - 1 simulations,
+    the hint's device being the current completion (`current`, carried from the last step: the
+    hint keeps a class together, `construct_graph.build` checks it)."""
+    n_devices = m.speed.shape[0]
+    hinted = jnp.maximum(g.hint[t], 0)
+    if n_devices == 1:
+        return current[None]
+    others = jnp.arange(n_devices - 1)
+    others = others + (others >= hinted)
+    runtime = log_runtimes(g, m, completions(g, s, t, others))
+    return jnp.zeros(n_devices).at[others].set(runtime).at[hinted].set(current)
+
+
+def lookahead_features(g: GraphArrays, t: jax.Array, runtime: jax.Array) -> jax.Array:
+    """[D, N_LOOKAHEAD] at position t (module docstring) from the completions' log penalised
+    makespans `runtime` [D]: asinh of `LOOKAHEAD_SCALE` times their difference from the hint
+    device's and from the best."""
+    hinted = runtime[jnp.maximum(g.hint[t], 0)]
+    differences = jnp.stack([runtime - hinted, runtime - runtime.min()], axis=1)
+    return jnp.arcsinh(LOOKAHEAD_SCALE * differences)
+
+
+def lookahead_choice(features: jax.Array, allowed: jax.Array) -> jax.Array:
+    """The device whose completion ranks first among the allowed ones (features [D, F] with the
+    lookahead's), the hint's on a tie: the lookahead teacher's choice."""
+    gain = jnp.where(allowed, features[:, N_DYNAMIC], jnp.inf)
+    hinted = jnp.argmax(features[:, N_DYNAMIC - 1])
+    return jnp.where(gain.min() < gain[hinted], jnp.argmin(gain), hinted)
 
 
 def estimated_makespan(g: GraphArrays, m: Machine, device: jax.Array) -> jax.Array:

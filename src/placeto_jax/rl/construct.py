@@ -16,10 +16,17 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from placeto_jax.env.construct import N_DYNAMIC, GraphArrays, Machine, Trajectory, rollout
+from placeto_jax.env.construct import (
+    GraphArrays,
+    Machine,
+    Trajectory,
+    lookahead_choice,
+    n_features,
+    rollout,
+)
 from placeto_jax.nn.construct_policy import ConstructPolicy
 
-MODES = ("greedy", "sample", "uniform", "teacher")
+MODES = ("greedy", "sample", "uniform", "teacher", "lookahead")
 MASKED = -1e30  # logit of a device that is not allowed
 
 
@@ -39,7 +46,7 @@ class Learner:
     def init(self, key: jax.Array, g: GraphArrays) -> Any:
         """Parameters for graph `g` (no graph axis; any graph gives the same shapes)."""
         n_devices = 1  # the scorer's weights do not depend on the device count
-        features = jnp.zeros((g.cost.shape[0], n_devices, N_DYNAMIC), jnp.float32)
+        features = jnp.zeros((g.cost.shape[0], n_devices, n_features(g)), jnp.float32)
         return self.policy.init(key, g.static, g.senders, g.receivers, g.edge_mask, features)
 
     def embed(self, params: Any, g: GraphArrays) -> jax.Array:
@@ -79,9 +86,15 @@ def episodes(
     teacher: jax.Array | None = None,
 ) -> Trajectory:
     """[G, B] episodes: `n_episodes` on each graph of `graph_ids` [G], actions by `mode`
-    (`MODES`; `teacher`: the devices of `teacher` [G, Np] by position, for imitation)."""
+    (`MODES`; `teacher`: the devices of `teacher` [G, Np] by position, for imitation;
+    `lookahead`: the lookahead's best device, `env.construct.lookahead_choice`). Uniform
+    episodes do not simulate the lookahead they would not read."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if mode == "lookahead" and bank.lookahead is None:
+        raise ValueError("mode 'lookahead' needs a bank built with the lookahead")
+    if mode == "uniform":
+        bank = dataclasses.replace(bank, lookahead=None)
 
     def on_graph(index, graph_key, forced):
         g = bank.at(index)
@@ -90,16 +103,31 @@ def episodes(
         def chooser(t, features, allowed, noise):
             if mode == "teacher":
                 return forced[t]
+            if mode == "lookahead":
+                return lookahead_choice(features, allowed)
+            if mode == "uniform":  # the policy unread (its features may lack the lookahead)
+                return choose(mode, jnp.where(allowed, 0.0, MASKED), noise, temperature)
             return choose(mode, learner.logits(params, embedding[t], features, allowed),
                           noise, temperature)  # fmt: skip
 
         keys = jax.random.split(graph_key, n_episodes)
+        if alone:
+            return _batched(rollout(g, machine, chooser, keys[0]))
         return jax.vmap(lambda k: rollout(g, machine, chooser, k))(keys)
 
     forced = jnp.zeros((graph_ids.shape[0], bank.cost.shape[1]), jnp.int32)
     forced = forced if teacher is None else teacher
     graph_keys = jax.random.split(key, graph_ids.shape[0])
+    # One lookahead episode runs unbatched, so that it simulates at decisions only (under vmap,
+    # `lax.cond` runs both branches)
+    alone = bank.lookahead is not None and graph_ids.shape[0] == 1 and n_episodes == 1
+    if alone:
+        return _batched(on_graph(graph_ids[0], graph_keys[0], forced[0]))
     return jax.vmap(on_graph)(graph_ids, graph_keys, forced)
+
+
+def _batched(tree):
+    return jax.tree.map(lambda a: a[None], tree)
 
 
 def log_probs(learner: Learner, params: Any, bank: GraphArrays, graph_ids, trajectory):

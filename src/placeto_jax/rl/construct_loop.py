@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import Config
-from placeto_jax.env.construct import GraphArrays, Machine
+from placeto_jax.env.construct import GraphArrays, Lookahead, Machine, Trajectory
 from placeto_jax.env.construct_graph import (
     ConstructGraph,
     Padding,
@@ -46,6 +46,8 @@ from placeto_jax.rl.checkpoint import (
     write_run,
 )
 from placeto_jax.sim.api import padded, simulate_rows
+from placeto_jax.sim.core import SimGraph
+from placeto_jax.sim.padded import stack_padded
 from placeto_jax.sim.ranking import penalised_makespan
 
 DEFAULT_WIDTH = 64  # policy.width 0
@@ -95,22 +97,39 @@ class Bank:
         cluster: Cluster,
         hints: list | None = None,
         reserve: bool = True,
+        lookahead: bool = False,
     ) -> Bank:
         """The op graphs `named`, with `hints` (one placement [N] per graph) observed and, with
-        `reserve`, their later parameters kept room for (`build`)."""
+        `reserve`, their later parameters kept room for (`build`); with `lookahead`, padded for
+        the simulator too (`env.construct.Lookahead`)."""
         pad = Padding.covering([g for _, g in named])
         hints = [None] * len(named) if hints is None else hints
         built = tuple(
             build(name, g, cluster, pad, h, reserve)
             for (name, g), h in zip(named, hints, strict=True)
         )
+        graphs = tuple(g for _, g in named)
         return cls(
             names=tuple(n for n, _ in named),
-            graphs=tuple(g for _, g in named),
+            graphs=graphs,
             built=built,
-            arrays=GraphArrays.stack(list(built)),
+            arrays=GraphArrays.stack(list(built), _lookahead(graphs, built) if lookahead else None),
             machine=Machine.of(cluster),
         )
+
+
+def _lookahead(graphs: tuple[Graph, ...], built: tuple[ConstructGraph, ...]) -> Lookahead:
+    """The graphs padded for the simulator to the bank's positions, and each op's position.
+    ValueError where a graph has no hint (`build` refuses one that splits a co-location
+    class, as the lookahead assumes)."""
+    n_pad = built[0].cost.size
+    op_position = np.zeros((len(built), n_pad), np.int32)
+    for row, b in enumerate(built):
+        if np.any(b.hint[: b.n_ops] < 0):
+            raise ValueError(f"{b.name}: the lookahead needs a hint (env.construct_hint=best)")
+        op_position[row, b.op_index] = np.arange(b.n_ops)
+    sim = SimGraph.from_padded(stack_padded(list(graphs), n_pad), jnp.float32)
+    return Lookahead(sim, jnp.asarray(op_position))
 
 
 def learner_of(config: Config) -> device.Learner:
@@ -192,18 +211,32 @@ class Run:
     learner: device.Learner
     teacher: jax.Array  # [G, Np] int32 teachers' devices by position
     reference: np.ndarray  # [G] µs the teachers' makespans
+    taught: Trajectory | None = None  # [G, 1, ...] the teachers' own episodes, where they are
+    #                                   episodes of the environment (the lookahead teacher)
 
     @classmethod
     def make(
-        cls, config: Config, named: list[tuple[str, Graph]], cluster: Cluster, taught: list
+        cls,
+        config: Config,
+        named: list[tuple[str, Graph]],
+        cluster: Cluster,
+        taught: list,
+        progress: bool = False,
     ) -> Run:
-        """The run on the op graphs `named`, each with its `Teacher` of `taught`."""
+        """The run on the op graphs `named`, each with its `Teacher` of `taught` (for the
+        lookahead teacher, its hint: the lookahead episode from it is played here)."""
         bank = Bank.of(named, cluster)
         rows, hint_rows, reference = teacher_rows(bank, cluster, taught)
-        if config.env.construct_hint == "best":
+        env = config.env
+        if env.construct_hint == "best":
             hints = [b.placement(r) for b, r in zip(bank.built, hint_rows, strict=True)]
-            bank = Bank.of(named, cluster, hints, config.env.construct_reserve)
-        return cls(config, bank, cluster, learner_of(config), jnp.asarray(rows), reference)
+            bank = Bank.of(named, cluster, hints, env.construct_reserve, env.construct_lookahead)
+        learner = learner_of(config)
+        if config.train.teacher != "lookahead":
+            return cls(config, bank, cluster, learner, jnp.asarray(rows), reference)
+        played = lookahead_episodes(learner, bank, progress)
+        reference = scores(bank, cluster, np.arange(len(named)), played.device)[:, 0]
+        return cls(config, bank, cluster, learner, played.device[:, 0], reference, played)
 
     def update(self, state: ConstructState) -> tuple[ConstructState, dict[str, float]]:
         """Update number `state.iteration`: imitate each drawn graph's teacher (the first
@@ -229,8 +262,11 @@ class Run:
             record["train/best_runtime"] = float(
                 (np.asarray(state.elite_runtime) / self.reference).mean()
             )
-        forced = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
-                                 "teacher", 1, teacher=target)  # fmt: skip
+        if self.taught is not None and step < train.imitation:
+            forced = jax.tree.map(lambda a: a[ids], self.taught)
+        else:
+            forced = device.episodes(self.learner, state.params, arrays, machine, ids, roll,
+                                     "teacher", 1, teacher=target)  # fmt: skip
         params, opt_state, loss = device.imitation_update(
             self.learner, state.params, state.opt_state, arrays, ids, forced
         )
@@ -239,11 +275,47 @@ class Run:
                                    iteration=state.iteration + 1), record  # fmt: skip
 
     def greedy_ratios(self, params: Any) -> np.ndarray:
-        """[G] each training graph's greedy episode over its teacher's makespan."""
+        """[G] each training graph's greedy episode over its teacher's makespan (one graph at
+        a time with the lookahead, whose episodes run unbatched: `device.episodes`)."""
         ids = jnp.arange(len(self.bank.names))
-        played = device.episodes(self.learner, params, self.bank.arrays, self.bank.machine,
-                                 ids, jax.random.key(0), "greedy", 1)  # fmt: skip
-        return scores(self.bank, self.cluster, ids, played.device)[:, 0] / self.reference
+        arrays, machine = self.bank.arrays, self.bank.machine
+        groups = ids[:, None] if arrays.lookahead is not None else ids[None]
+        played = jnp.concatenate([
+            device.episodes(self.learner, params, arrays, machine, group, jax.random.key(0),
+                            "greedy", 1).device for group in groups
+        ])  # fmt: skip
+        return scores(self.bank, self.cluster, ids, played)[:, 0] / self.reference
+
+
+def lookahead_episodes(learner: device.Learner, bank: Bank, progress: bool) -> Trajectory:
+    """[G, 1, ...] each graph's lookahead episode (`device.episodes` mode "lookahead"), one
+    graph at a time."""
+    played, params = [], learner.init(jax.random.key(0), bank.arrays.at(0))  # (not read)
+    for index in tqdm(range(len(bank.names)), desc="lookahead teacher", unit="graph",
+                      disable=not progress, dynamic_ncols=True):  # fmt: skip
+        played.append(
+            device.episodes(
+                learner,
+                params,
+                bank.arrays,
+                bank.machine,
+                jnp.asarray([index]),
+                jax.random.key(0),
+                "lookahead",
+                1,
+            )
+        )
+    return jax.tree.map(lambda *a: jnp.concatenate(a), *played)
+
+
+def lookahead_evaluations(bank: Bank, index: int, n_devices: int) -> int:
+    """Simulations the lookahead of one episode on graph `index` runs: one per device other
+    than the hint's at each decision, and the hint's own once (0 without the lookahead)."""
+    if bank.arrays.lookahead is None:
+        return 0
+    built = bank.built[index]
+    decisions = int(np.sum(built.leader[: built.n_ops] == np.arange(built.n_ops)))
+    return (n_devices - 1) * decisions + 1
 
 
 def train_in(
@@ -262,7 +334,7 @@ def train_in(
     updates in total without a final checkpoint (how tests stand in for a killed run)."""
     from placeto_jax.rl.loop import MetricsLog  # the paper agent's host loop shares its logs
 
-    run = Run.make(config, named, cluster, taught)
+    run = Run.make(config, named, cluster, taught, progress)
     provenance = Provenance(config_digest(config), tuple(g.digest for _, g in named))
     total = config.train.imitation + config.train.iterations
     end = total if stop_at is None else min(stop_at, total)
@@ -302,7 +374,9 @@ def untrained_params(config: Config) -> Any:
     cluster's values: a two-op chain on placeto-k80s builds them)."""
     chain = Graph.from_edges(cost=[1.0, 1.0], out_bytes=[0, 0], edges=[(0, 1)])
     cluster = Cluster(n_devices=config.n_devices)
-    return initial_state(config, Bank.of([("template", chain)], cluster)).params
+    hints = [np.zeros(2, np.int64)] if config.env.construct_lookahead else None
+    bank = Bank.of([("template", chain)], cluster, hints, lookahead=config.env.construct_lookahead)
+    return initial_state(config, bank).params
 
 
 def candidates(
@@ -317,12 +391,13 @@ def candidates(
 ) -> np.ndarray:
     """[1 + samples, N] placements of graph `index` of `bank`: the greedy episode and `samples`
     sampled ones at `temperature` (`mode` "policy"), or 1 + `samples` uniformly random episodes
-    (`mode` "uniform": the control without a policy)."""
+    (`mode` "uniform": the control without a policy), or the lookahead episode (`mode`
+    "lookahead": the rule the lookahead teacher follows, without a policy)."""
     learner, ids = learner_of(config), jnp.asarray([index])
     arrays, machine = bank.arrays, bank.machine
-    if mode == "uniform":
-        rows = device.episodes(learner, params, arrays, machine, ids, key, "uniform",
-                               1 + samples).device[0]  # fmt: skip
+    if mode in ("uniform", "lookahead"):
+        count = 1 + samples if mode == "uniform" else 1
+        rows = device.episodes(learner, params, arrays, machine, ids, key, mode, count).device[0]
     else:
         rows = device.episodes(learner, params, arrays, machine, ids, key, "greedy", 1).device[0]
         if samples:

@@ -84,13 +84,15 @@ def teachers(
     """Each op graph's best of `TEACHERS`, drawn with key `seed` (improved by `passes` passes
     of `searched_from` for `kind` "searched"; for "descent", `descended_from` that placement
     and the best heuristic; the best heuristic is then the declared start), with the
-    simulations that chose it (each method's own, one scoring it, and the searches')."""
+    simulations that chose it (each method's own, one scoring it, and the searches'). For
+    "lookahead" the best heuristic too: the run improves it by its lookahead episode
+    (`rl.construct_loop.Run.make`)."""
     out = []
     for _, graph in named:
         key = jax.random.key(seed)
         results = best_teacher(graph, cluster, key)
         best, spent = results[0], simulations(results)
-        if kind == "best":
+        if kind in ("best", "lookahead"):
             out.append(Teacher(best.placement, best.makespan, spent))
             continue
         found = searched_from(graph, cluster, best, jax.random.fold_in(key, 1), passes=passes)
