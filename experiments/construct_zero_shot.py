@@ -66,8 +66,9 @@ def placed_ratio(config, params, name, graph, cluster, args, mode="policy"):
     rows = cl.candidates(config, params, bank, 0, key, args.samples, args.temperature, mode)
     by_position = np.stack([bank.built[0].by_position(r) for r in rows])[None]
     runtime = cl.scores(bank, cluster, [0], by_position)[0]
-    looked = 0 if mode == "uniform" else len(rows) * cl.lookahead_evaluations(
-        bank, 0, cluster.n_devices)  # fmt: skip
+    looked = 0
+    if env.construct_lookahead and mode != "uniform":
+        looked = len(rows) * cl.lookahead_evaluations(graph, cluster.n_devices)
     return float(runtime.min()), float(runtime[0]), spent + len(rows) + looked
 
 

@@ -23,6 +23,7 @@ from placeto_jax.graphs.core import Graph
 from placeto_jax.placers import PlacerResult
 from placeto_jax.placers.guided import Units
 from placeto_jax.placers.timeline import Timeline
+from placeto_jax.reproduce import construct as construct_runs
 from placeto_jax.rl import construct as device
 from placeto_jax.rl import construct_loop as loop
 from placeto_jax.sim.api import simulate
@@ -705,6 +706,10 @@ def test_the_lookahead_runs_only_with_a_hint():
         make_config("construct", ["env.construct_lookahead=true"])
     with pytest.raises(ValueError, match=r"train\.teacher .*construct_lookahead=true"):
         make_config("construct-hinted", ["train.teacher=lookahead"])
+    with pytest.raises(ValueError, match=r"env\.construct_lookahead trains by imitation only"):
+        make_config("construct-lookahead", ["train.iterations=1"])
+    with pytest.raises(ValueError, match=r"run\.eval_every must be >= 1 \(0: none, for agent"):
+        make_config("tiny", ["run.eval_every=0"])
     with pytest.raises(ValueError, match=r"g: the lookahead needs a hint \(env.construct_hint"):
         loop.Bank.of([("g", _colocated())], CLUSTER, lookahead=True)
 
@@ -714,11 +719,14 @@ def test_a_lookahead_episode_counts_a_simulation_per_other_device_and_decision(t
     # device, and the hint once: 4. The policy trained on the lookahead teacher places the graph
     # through the pipeline, whose episodes stage counts them beside its one scoring.
     graph, named = _colocated(), [("g", _colocated())]
-    config = apply(make_config("construct-lookahead", ["policy.width=8", "policy.rounds=1",
-                                                       "train.imitation=2"], n_devices=2),
-                   {"run.eval_every": 1})  # fmt: skip
-    bank = loop.Bank.of(named, CLUSTER, [np.zeros(4, np.int64)], lookahead=True)
-    assert loop.lookahead_evaluations(bank, 0, 2) == 4
+    config = make_config("construct-lookahead", ["policy.width=8", "policy.rounds=1",
+                                                 "train.imitation=2"], n_devices=2)  # fmt: skip
+    assert loop.lookahead_evaluations(graph, 2) == 4
+    assert construct_runs.lookahead_simulations(config, [graph, graph], 2) == 2 * 4  # teacher
+    assert (
+        construct_runs.lookahead_simulations(apply(config, {"run.eval_every": 1}), [graph], 2)
+        == (1 + 2) * 4
+    )  # and 2 evaluations
     taught = teachers(named, CLUSTER, config.seed, "lookahead")
     run = loop.Run.make(config, named, CLUSTER, taught)
     built = run.bank.built[0]

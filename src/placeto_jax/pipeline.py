@@ -389,8 +389,9 @@ def _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log):
         pg = PlacementGraph(name, graph)
         ranked = rank_visited(pg, cluster, rows, "construct")
         p = dataclasses.replace(ranked, episodes=len(rows), temperature=pipeline.temperature)
-        looked = 0 if policy.uniform else len(rows) * construct_loop.lookahead_evaluations(
-            bank, 0, cluster.n_devices)  # fmt: skip
+        looked = 0
+        if env.construct_lookahead and not policy.uniform:
+            looked = len(rows) * construct_loop.lookahead_evaluations(graph, cluster.n_devices)
         stages.append(Stage("episodes", p.evaluations + looked, time.perf_counter() - began,
                             p.makespan))  # fmt: skip
         placed.append(p)

@@ -15,7 +15,7 @@ from placeto_jax.cluster import Cluster
 from placeto_jax.config import PIPELINES, Config, make_config
 from placeto_jax.graphs.core import Graph
 from placeto_jax.pipeline import Placed, Policy, place_many
-from placeto_jax.rl.construct_loop import train_in
+from placeto_jax.rl.construct_loop import lookahead_evaluations, train_in
 from placeto_jax.stages.teachers import config_teachers
 
 
@@ -30,11 +30,25 @@ def training_simulations(config: Config, n_graphs: int) -> int:
     (`construct_loop.train_in`): `train.episodes` per drawn graph in each self-imitation
     update, and one greedy episode per graph at each evaluation (imitation simulates none)."""
     train = config.train
-    total = train.imitation + train.iterations
     drawn = min(train.graphs_per_update or n_graphs, n_graphs)
+    return train.iterations * train.episodes * drawn + _evaluations(config) * n_graphs
+
+
+def lookahead_simulations(config: Config, graphs: list[Graph], n_devices: int) -> int:
+    """Simulations the lookahead of a construct run of `config` on `graphs` runs: one episode
+    per graph for the lookahead teacher and at each greedy evaluation
+    (`construct_loop.lookahead_evaluations`); 0 without it."""
+    if not config.env.construct_lookahead:
+        return 0
+    episodes = int(config.train.teacher == "lookahead") + _evaluations(config)
+    return episodes * sum(lookahead_evaluations(g, n_devices) for g in graphs)
+
+
+def _evaluations(config: Config) -> int:
+    """Greedy evaluations a construct run of `config` makes (`construct_loop.train_in`)."""
+    total = config.train.imitation + config.train.iterations
     every = config.run.eval_every
-    evaluated = sum(1 for i in range(1, total + 1) if i % every == 0 or i == total)
-    return train.iterations * train.episodes * drawn + evaluated * n_graphs
+    return sum(1 for i in range(1, total + 1) if every and (i % every == 0 or i == total))
 
 
 def train_construct(
@@ -45,10 +59,12 @@ def train_construct(
     progress: bool = False,
 ) -> tuple[Policy, int]:
     """A construct policy trained on the op graphs `named` in `workdir` (resumed if there), and
-    the simulations its run spends: teachers, self-imitation and greedy evaluations."""
+    the simulations its run spends: teachers, self-imitation and greedy evaluations, and the
+    lookahead's (`lookahead_simulations`)."""
     taught = config_teachers(config, named, cluster)
     state = train_in(config, named, cluster, workdir, taught, progress)
     spent = sum(t.evaluations for t in taught) + training_simulations(config, len(named))
+    spent += lookahead_simulations(config, [g for _, g in named], cluster.n_devices)
     return Policy(config, state.params, target=cluster), spent
 
 

@@ -329,13 +329,15 @@ def construct_run(config: Config, named: list[tuple[str, Any]], cluster: Cluster
     placed = place_many(named, cluster, PIPELINES["sampled"], policy, jax.random.key(config.seed),
                         compare=False)  # fmt: skip
     spent = sum(t.evaluations for t in taught) + sum(p.evaluations for p in placed)
+    spent += construct.training_simulations(config, len(named))
+    spent += construct.lookahead_simulations(config, [g for _, g in named], cluster.n_devices)
     return (
         state.params,
         np.asarray(curve, np.float32),
         np.array([p.result.makespan for p in placed]),
         np.array([t.makespan for t in taught]),
         np.array([p.result.single_device_makespan for p in placed]),
-        np.int64(spent + construct.training_simulations(config, len(named))),
+        np.int64(spent),
     )
 
 

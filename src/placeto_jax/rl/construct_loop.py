@@ -308,13 +308,12 @@ def lookahead_episodes(learner: device.Learner, bank: Bank, progress: bool) -> T
     return jax.tree.map(lambda *a: jnp.concatenate(a), *played)
 
 
-def lookahead_evaluations(bank: Bank, index: int, n_devices: int) -> int:
-    """Simulations the lookahead of one episode on graph `index` runs: one per device other
-    than the hint's at each decision, and the hint's own once (0 without the lookahead)."""
-    if bank.arrays.lookahead is None:
-        return 0
-    built = bank.built[index]
-    decisions = int(np.sum(built.leader[: built.n_ops] == np.arange(built.n_ops)))
+def lookahead_evaluations(graph: Graph, n_devices: int) -> int:
+    """Simulations the lookahead of one episode on `graph` runs: one per device other than the
+    hint's at each decision (an op outside any co-location class, or a class), and the hint's
+    own once."""
+    classes = np.full(graph.n_ops, -1) if graph.colocation is None else graph.colocation
+    decisions = int(np.sum(classes < 0)) + np.unique(classes[classes >= 0]).size
     return (n_devices - 1) * decisions + 1
 
 
@@ -355,7 +354,8 @@ def train_in(
                     began = time.perf_counter()
                     state, record = run.update(state)
                     record["train/seconds"] = time.perf_counter() - began
-                    if iteration % config.run.eval_every == 0 or iteration == total:
+                    every = config.run.eval_every
+                    if every and (iteration % every == 0 or iteration == total):
                         ratios = run.greedy_ratios(state.params)
                         record["eval/best_runtime"] = float(np.exp(np.log(ratios).mean()))
                         bar.set_postfix(greedy_vs_teacher=f"{record['eval/best_runtime']:.3f}x")
