@@ -45,7 +45,8 @@ class EnvConfig:
     #   the hint puts on it later (False: a policy trained on the graph it places, whose
     #   teacher may repack memory the hint filled)
     construct_lookahead: bool = False  # with a hint: each device also observes the exact
-    #   makespan of the hint completing the episode with the op there (D simulations a step)
+    #   makespan of the hint completing the episode with the op there (D - 1 simulations a
+    #   decision, counted as evaluations)
     reward_graph: RewardGraph = "grouped"  # "ops": simulate the op graph, placement expanded
 
 

@@ -56,6 +56,7 @@ from placeto_jax.sim.core import SimCluster, SimGraph
 from placeto_jax.sim.ranking import MEMORY_PENALTY
 
 N_DYNAMIC = 14  # per-(op, device) features of the observation
+HINT_FEATURE = N_DYNAMIC - 1  # the last of them: whether the hint puts op t on the device
 N_LOOKAHEAD = 2  # more of them with the lookahead
 LOOKAHEAD_SCALE = 100.0  # a lookahead feature is asinh of this times a log ratio of makespans
 #                          (about the percentage near 0, logarithmic for overflows; monotone)
@@ -256,7 +257,7 @@ def look(g: GraphArrays, m: Machine, s: Schedule, t: jax.Array) -> Look:
             ((devices == previous) & (t > 0)).astype(jnp.float32),
             m.speed / m.speed.max(),
             jnp.log1p((data_ready - data_ready.min()) / op_time),
-            (devices == g.hint[t]).astype(jnp.float32),
+            (devices == g.hint[t]).astype(jnp.float32),  # HINT_FEATURE
         ],
         axis=1,
     )
@@ -402,7 +403,7 @@ def lookahead_runtimes(
 ) -> jax.Array:
     """[D] `log_runtimes` of op t's class on each device (`completions`): D - 1 simulations,
     the hint's device being the current completion (`current`, carried from the last step: the
-    hint keeps a class together, `construct_graph.build` checks it)."""
+    hint keeps a class together, as `construct_graph.build`'s simulation of it requires)."""
     n_devices = m.speed.shape[0]
     hinted = jnp.maximum(g.hint[t], 0)
     if n_devices == 1:
@@ -425,8 +426,8 @@ def lookahead_features(g: GraphArrays, t: jax.Array, runtime: jax.Array) -> jax.
 def lookahead_choice(features: jax.Array, allowed: jax.Array) -> jax.Array:
     """The device whose completion ranks first among the allowed ones (features [D, F] with the
     lookahead's), the hint's on a tie: the lookahead teacher's choice."""
-    gain = jnp.where(allowed, features[:, N_DYNAMIC], jnp.inf)
-    hinted = jnp.argmax(features[:, N_DYNAMIC - 1])
+    gain = jnp.where(allowed, features[:, N_DYNAMIC], jnp.inf)  # against the hint's device
+    hinted = jnp.argmax(features[:, HINT_FEATURE])
     return jnp.where(gain.min() < gain[hinted], jnp.argmin(gain), hinted)
 
 
