@@ -366,7 +366,7 @@ def rollout(g: GraphArrays, m: Machine, choose: Chooser, key: jax.Array) -> Traj
 
     noise = gumbel_noise(key, n_pad, n_devices)
     first = Schedule.empty(g, n_devices)
-    current = hint_runtime(g, m) if g.lookahead is not None else jnp.zeros((), jnp.float32)
+    current = hint_runtime(g, m, first) if g.lookahead is not None else jnp.zeros((), jnp.float32)
     (final, _), (features, allowed, decision) = jax.lax.scan(
         step, (first, current), (positions, noise)
     )
@@ -391,11 +391,9 @@ def log_runtimes(g: GraphArrays, m: Machine, placements: jax.Array) -> jax.Array
     return jnp.log(out.makespan + MEMORY_PENALTY * overflow)
 
 
-def hint_runtime(g: GraphArrays, m: Machine) -> jax.Array:
-    """[] the hint's own `log_runtimes`: the completion before the first step."""
-    placement = jnp.where(g.real, jnp.maximum(g.hint, 0), 0)[g.lookahead.op_position]
-    op_real = jnp.arange(g.real.shape[0]) < g.real.sum()
-    return log_runtimes(g, m, jnp.where(op_real, placement, 0)[None].astype(jnp.int32))[0]
+def hint_runtime(g: GraphArrays, m: Machine, s: Schedule) -> jax.Array:
+    """[] the hint's own `log_runtimes`: the completion before the first step (`s` empty)."""
+    return log_runtimes(g, m, completions(g, s, jnp.asarray(-1), jnp.zeros(1, jnp.int32)))[0]
 
 
 def lookahead_runtimes(
