@@ -151,3 +151,64 @@ def test_a_library_that_does_not_load_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
     with pytest.raises(RuntimeError, match=r"does not load.*PLACETO_JAX_NATIVE=0"):
         native.available.__wrapped__()
+
+
+def _variants_of(base: np.ndarray, n_devices: int, rng: np.random.Generator) -> list:
+    """Sets of rows [2, N] near `base` [N], each one call: one op moved, three ops moved, an op
+    of index 0 moved (often without parents: no shared prefix), the last op moved, none moved."""
+    n = base.size
+    calls = []
+    for ops in [rng.integers(0, n, 1), rng.integers(0, n, 3), [0], [n - 1], []]:
+        rows = np.repeat(base[None], 2, axis=0)
+        rows[:, ops] = rng.integers(0, n_devices, (2, len(ops)))
+        calls.append(rows)
+    return calls
+
+
+def _variants(graph, cluster, base, rows, dtype=F64):
+    """`simulate_variants` of placements by op on `graph`'s default padding, as NumPy."""
+    pg = padded(graph)
+    padded_rows = np.zeros((rows.shape[0], pg.n_pad), np.int32)
+    padded_rows[:, : graph.n_ops] = rows
+    padded_base = np.zeros(pg.n_pad, np.int32)
+    padded_base[: graph.n_ops] = base
+    with precision.scope(dtype):
+        sg, sc = SimGraph.from_padded(pg, dtype), sim_cluster(cluster, dtype)
+        makespan, peak = jax.jit(native.simulate_variants, static_argnums=4)(
+            sg, sc, jnp.asarray(padded_base), jnp.asarray(padded_rows), cluster.broadcast
+        )
+    return np.asarray(makespan), np.asarray(peak)
+
+
+@needs_kernel
+@pytest.mark.parametrize("seed", range(0, 120, 3))
+def test_variants_equal_the_reference_bit_for_bit(seed):
+    """Placements near a base (moved ops with and without parents, all moved, none): the
+    variants kernel, which shares the base's schedule up to the first completion of a moved
+    op's parent, gives the reference's makespan and peak memory exactly (float64)."""
+    graph, cluster, _ = random_case(seed)
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, cluster.n_devices, graph.n_ops)
+    for rows in _variants_of(base, cluster.n_devices, rng):
+        makespan, peak = _variants(graph, cluster, base, rows)
+        want = pj.simulate_reference(graph, cluster, rows)
+        np.testing.assert_array_equal(makespan, want.makespan)
+        np.testing.assert_array_equal(peak, want.peak_memory)
+
+
+@needs_kernel
+def test_variants_on_a_wide_graph_and_any_thread_count(monkeypatch):
+    """A 300-op layered graph, one op of the middle moved to each other device (the prefix
+    shared is long; the devices' speeds differ): equal to the full simulations, on 1 or 2
+    threads."""
+    graph = layered(300, seed=4)
+    cluster = pj.Cluster(4, speed=[1.0, 2.0, 0.5, 1.5], delta1=5.7, delta2=25.0)
+    base = np.random.default_rng(4).integers(0, 4, graph.n_ops)
+    rows = np.repeat(base[None], 3, axis=0)
+    rows[:, 150] = [d for d in range(4) if d != base[150]]
+    want = pj.simulate(graph, cluster, rows, loop="native")
+    for count in ("1", "2"):
+        monkeypatch.setenv("PLACETO_JAX_NATIVE_THREADS", count)
+        makespan, peak = _variants(graph, cluster, base, rows)
+        np.testing.assert_array_equal(makespan, want.makespan)
+        np.testing.assert_array_equal(peak, want.peak_memory)

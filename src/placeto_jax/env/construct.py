@@ -51,7 +51,7 @@ import numpy as np
 
 from placeto_jax.cluster import Cluster
 from placeto_jax.env.construct_graph import ConstructGraph
-from placeto_jax.sim.api import simulate_batch
+from placeto_jax.sim.api import simulate_variants
 from placeto_jax.sim.core import SimCluster, SimGraph
 from placeto_jax.sim.ranking import MEMORY_PENALTY
 
@@ -383,17 +383,18 @@ def completions(g: GraphArrays, s: Schedule, t: jax.Array, devices: jax.Array) -
     return jnp.where(op_real, by_position[:, g.lookahead.op_position], 0).astype(jnp.int32)
 
 
-def log_runtimes(g: GraphArrays, m: Machine, placements: jax.Array) -> jax.Array:
+def log_runtimes(g: GraphArrays, m: Machine, base: jax.Array, placements: jax.Array) -> jax.Array:
     """[R] log penalised makespans (µs; `sim.ranking.penalised_makespan`) of placements by op
-    [R, Np], by the exact simulator in float32."""
-    out = simulate_batch(g.lookahead.sim, m.sim, placements, m.broadcast)
-    overflow = (jnp.maximum(out.peak_memory - m.capacity, 0.0) / m.capacity).sum(axis=1)
-    return jnp.log(out.makespan + MEMORY_PENALTY * overflow)
+    [R, Np] that differ from `base` [Np] in one class, by the exact simulator in float32."""
+    makespan, peak = simulate_variants(g.lookahead.sim, m.sim, base, placements, m.broadcast)
+    overflow = (jnp.maximum(peak - m.capacity, 0.0) / m.capacity).sum(axis=1)
+    return jnp.log(makespan + MEMORY_PENALTY * overflow)
 
 
 def hint_runtime(g: GraphArrays, m: Machine, s: Schedule) -> jax.Array:
     """[] the hint's own `log_runtimes`: the completion before the first step (`s` empty)."""
-    return log_runtimes(g, m, completions(g, s, jnp.asarray(-1), jnp.zeros(1, jnp.int32)))[0]
+    hinted = completions(g, s, jnp.asarray(-1), jnp.zeros(1, jnp.int32))
+    return log_runtimes(g, m, hinted[0], hinted)[0]
 
 
 def lookahead_runtimes(
@@ -408,7 +409,8 @@ def lookahead_runtimes(
         return current[None]
     others = jnp.arange(n_devices - 1)
     others = others + (others >= hinted)
-    runtime = log_runtimes(g, m, completions(g, s, t, others))
+    current_placement = completions(g, s, t, hinted[None])[0]
+    runtime = log_runtimes(g, m, current_placement, completions(g, s, t, others))
     return jnp.zeros(n_devices).at[others].set(runtime).at[hinted].set(current)
 
 

@@ -111,6 +111,23 @@ def simulate_batch(
     return out
 
 
+def simulate_variants(
+    graph: SimGraph,
+    cluster: SimCluster,
+    base: jax.Array,
+    placements: jax.Array,
+    broadcast: bool = True,
+) -> tuple[jax.Array, jax.Array]:
+    """(makespan [B], peak memory [B, D]) of placements [B, Np] int32 that differ from `base`
+    [Np] in a few ops, the same as `simulate_batch`'s. The native kernel shares the schedule's
+    part before any moved op is reached (`native.simulate_variants`); elsewhere this is
+    `simulate_batch`."""
+    if native.in_use():
+        return native.simulate_variants(graph, cluster, base, placements, broadcast)
+    out = simulate_batch(graph, cluster, placements, broadcast)
+    return out.makespan, out.peak_memory
+
+
 def simulate_rows(
     graph: Graph,
     cluster: Cluster,

@@ -87,6 +87,12 @@ struct Work {
                       std::greater<std::pair<T, int32_t>>>
       events;
   std::vector<std::pair<int32_t, int32_t>> sending;  // [n_dev] (op, destination) on each bus
+  // Where the event loop stands: the current time (µs) and instant, the ops started, and the
+  // events of instant `now` popped but not applied (`paused`: `Run` stopped before them).
+  T now = T(0);
+  int32_t instant = 0, n_started = 0;
+  std::vector<std::pair<T, int32_t>> batch;
+  bool paused = false;
 };
 
 template <typename T>
@@ -111,13 +117,18 @@ void FindRemoteDevices(const GraphView<T>& g, const int32_t* place, int32_t v, W
   w.n_remote[v] = count;
 }
 
-// The schedule of one placement (reference.py `_simulate_one`); false if ops never start.
+// An op's running time on its device (µs).
 template <typename T>
-bool Schedule(const GraphView<T>& g, const int32_t* place, bool broadcast, Work<T>& w,
-              const RowOut<T>& out) {
-  const int32_t n = g.n, n_dev = g.n_dev;
+T Duration(const GraphView<T>& g, const int32_t* place, int32_t v) {
+  return g.cost[v] / g.speed[Device(g, place, v)] + g.inner[v] * g.delta1;
+}
+
+// The state before the first instant of `place`'s schedule (reference.py `_simulate_one`).
+template <typename T>
+void Begin(const GraphView<T>& g, const int32_t* place, Work<T>& w, const RowOut<T>& out) {
+  const int32_t n_dev = g.n_dev;
   for (int32_t v = 0; v < g.n_pad; ++v) {
-    w.duration[v] = g.cost[v] / g.speed[Device(g, place, v)] + g.inner[v] * g.delta1;
+    w.duration[v] = Duration(g, place, v);
     out.start[v] = T(0);
   }
   std::fill(out.xfer, out.xfer + int64_t(g.n_pad) * n_dev, -std::numeric_limits<T>::infinity());
@@ -133,69 +144,106 @@ bool Schedule(const GraphView<T>& g, const int32_t* place, bool broadcast, Work<
   std::fill(w.bus_free_at.begin(), w.bus_free_at.end(), T(0));
   std::fill(w.bus_busy.begin(), w.bus_busy.end(), 0);
   std::fill(w.bus_head.begin(), w.bus_head.end(), 0);
-  for (int32_t v = 0; v < n; ++v) {
+  for (int32_t v = 0; v < g.n; ++v) {
     w.missing[v] = g.n_parents[v];
     w.ended[v] = 0;
     if (g.n_parents[v] == 0) w.ready[place[v]].push({0.0, v});
   }
+  w.now = T(0);
+  w.instant = 0;
+  w.n_started = 0;
+  w.batch.clear();
+  w.paused = false;
+}
+
+// Whether an event of `w.batch` completes an op that `stop` marks ([n_pad] or null).
+template <typename T>
+bool Stops(const Work<T>& w, int32_t n_dev, const char* stop) {
+  if (stop == nullptr) return false;
+  for (const auto& event : w.batch) {
+    if (event.second / n_dev == kComplete && stop[w.running[event.second % n_dev]]) return true;
+  }
+  return false;
+}
+
+// Runs the event loop from where `w` stands to the end, or pauses (returns true) before
+// applying an instant at which an op marked in `stop` completes. Placements that differ only
+// in ops whose inputs all come from ops not yet complete agree up to that point: nothing before
+// it reads their devices (an op's device is read when it becomes ready, which is at a parent's
+// completion or later, or at the start for ops without parents; and for its duration, which
+// `Begin` computes and `Fork` recomputes).
+template <typename T>
+bool Run(const GraphView<T>& g, const int32_t* place, bool broadcast, Work<T>& w,
+         const RowOut<T>& out, const char* stop) {
+  const int32_t n_dev = g.n_dev;
   auto data_available = [&](int32_t c, T time) {
     if (--w.missing[c] == 0) {
       w.ready[place[c]].push({double(time), c});
     }
   };
-
-  T now = T(0);
-  int32_t instant = 0;
-  int32_t n_started = 0;
   while (true) {
-    // Choose: every idle device starts its ready op with the smallest (ready time, index).
-    for (int32_t d = 0; d < n_dev; ++d) {
-      if (w.running[d] < 0 && w.device_free_at[d] <= now && !w.ready[d].empty()) {
-        const int32_t v = w.ready[d].top().second;
-        w.ready[d].pop();
-        w.running[d] = v;
-        out.start[v] = now;
-        w.start_at[v] = instant;
-        out.end[v] = now + w.duration[v];
-        ++n_started;
-        w.events.push({out.end[v], kComplete * n_dev + d});
-      }
-    }
-    // Choose: every free bus starts its first queued transfer once that op has ended.
-    for (int32_t d = 0; d < n_dev; ++d) {
-      auto& queue = w.bus_queue[d];
-      if (!w.bus_busy[d] && w.bus_free_at[d] <= now && w.bus_head[d] < int32_t(queue.size())) {
-        const auto [v, dest] = queue[w.bus_head[d]];
-        if (w.ended[v]) {
-          ++w.bus_head[d];
-          w.bus_busy[d] = 1;
-          const T done = now + g.out_bytes[v] / g.bandwidth[d];
-          if (dest == kEveryRemote) {
-            const int32_t* remote = w.remote.data() + int64_t(v) * n_dev;
-            for (int32_t i = 0; i < w.n_remote[v]; ++i) {
-              out.xfer[int64_t(v) * n_dev + remote[i]] = now;
-              out.arrival[int64_t(v) * n_dev + remote[i]] = done;
-            }
-          } else {
-            out.xfer[int64_t(v) * n_dev + dest] = now;
-            out.arrival[int64_t(v) * n_dev + dest] = done;
-          }
-          w.events.push({done, kArrive * n_dev + d});
-          w.sending[d] = {v, dest};
+    if (!w.paused) {
+      const T now = w.now;
+      // Choose: every idle device starts its ready op with the smallest (ready time, index).
+      for (int32_t d = 0; d < n_dev; ++d) {
+        if (w.running[d] < 0 && w.device_free_at[d] <= now && !w.ready[d].empty()) {
+          const int32_t v = w.ready[d].top().second;
+          w.ready[d].pop();
+          w.running[d] = v;
+          out.start[v] = now;
+          w.start_at[v] = w.instant;
+          out.end[v] = now + w.duration[v];
+          ++w.n_started;
+          w.events.push({out.end[v], kComplete * n_dev + d});
         }
       }
+      // Choose: every free bus starts its first queued transfer once that op has ended.
+      for (int32_t d = 0; d < n_dev; ++d) {
+        auto& queue = w.bus_queue[d];
+        if (!w.bus_busy[d] && w.bus_free_at[d] <= now && w.bus_head[d] < int32_t(queue.size())) {
+          const auto [v, dest] = queue[w.bus_head[d]];
+          if (w.ended[v]) {
+            ++w.bus_head[d];
+            w.bus_busy[d] = 1;
+            const T done = now + g.out_bytes[v] / g.bandwidth[d];
+            if (dest == kEveryRemote) {
+              const int32_t* remote = w.remote.data() + int64_t(v) * n_dev;
+              for (int32_t i = 0; i < w.n_remote[v]; ++i) {
+                out.xfer[int64_t(v) * n_dev + remote[i]] = now;
+                out.arrival[int64_t(v) * n_dev + remote[i]] = done;
+              }
+            } else {
+              out.xfer[int64_t(v) * n_dev + dest] = now;
+              out.arrival[int64_t(v) * n_dev + dest] = done;
+            }
+            w.events.push({done, kArrive * n_dev + d});
+            w.sending[d] = {v, dest};
+          }
+        }
+      }
+      // The events of the next instant (which may be this one: a later round), in heap order.
+      // Applying them pushes only wake-ups after it, so popping them first changes nothing.
+      if (w.events.empty()) return false;
+      if (w.events.top().first != w.now) ++w.instant;
+      w.now = w.events.top().first;
+      w.batch.clear();
+      while (!w.events.empty() && w.events.top().first == w.now) {
+        w.batch.push_back(w.events.top());
+        w.events.pop();
+      }
+      if (Stops(w, n_dev, stop)) {
+        w.paused = true;
+        return true;
+      }
     }
-    // Apply every event of the next instant (which may be this one: a later round).
-    if (w.events.empty()) break;
-    if (w.events.top().first != now) ++instant;
-    now = w.events.top().first;
-    while (!w.events.empty() && w.events.top().first == now) {
-      const int32_t kind = w.events.top().second / n_dev, d = w.events.top().second % n_dev;
-      w.events.pop();
+    w.paused = false;
+    const T now = w.now;
+    for (const auto& event : w.batch) {
+      const int32_t kind = event.second / n_dev, d = event.second % n_dev;
       if (kind == kComplete) {
         const int32_t v = w.running[d];
         w.ended[v] = 1;
-        w.end_at[v] = instant;
+        w.end_at[v] = w.instant;
         w.running[d] = -1;
         w.device_free_at[d] = w.duration[v] > T(0) ? out.end[v] + g.delta1 : out.end[v];
         if (w.device_free_at[d] > now) w.events.push({w.device_free_at[d], kWake * n_dev + d});
@@ -217,10 +265,10 @@ bool Schedule(const GraphView<T>& g, const int32_t* place, bool broadcast, Work<
         if (dest == kEveryRemote) {
           const int32_t* remote = w.remote.data() + int64_t(v) * n_dev;
           for (int32_t i = 0; i < w.n_remote[v]; ++i) {
-            w.arrive_at[int64_t(v) * n_dev + remote[i]] = instant;
+            w.arrive_at[int64_t(v) * n_dev + remote[i]] = w.instant;
           }
         } else {
-          w.arrive_at[int64_t(v) * n_dev + dest] = instant;
+          w.arrive_at[int64_t(v) * n_dev + dest] = w.instant;
         }
         for (int32_t j = g.kid_begin[v]; j < g.kid_begin[v + 1]; ++j) {
           const int32_t c = g.kids[j];
@@ -230,12 +278,26 @@ bool Schedule(const GraphView<T>& g, const int32_t* place, bool broadcast, Work<
       }
     }
   }
-  for (int32_t v = n; v < g.n_pad; ++v) out.end[v] = out.start[v] + w.duration[v];
+}
+
+// The makespan of a finished `Run`; false if ops never start.
+template <typename T>
+bool End(const GraphView<T>& g, Work<T>& w, const RowOut<T>& out) {
+  for (int32_t v = g.n; v < g.n_pad; ++v) out.end[v] = out.start[v] + w.duration[v];
   T makespan = out.end[0];
   for (int32_t v = 1; v < g.n_pad; ++v) makespan = std::max(makespan, out.end[v]);
   *out.makespan = makespan;
-  w.n_instants = instant + 1;
-  return n_started == n;
+  w.n_instants = w.instant + 1;
+  return w.n_started == g.n;
+}
+
+// The schedule of one placement (reference.py `_simulate_one`); false if ops never start.
+template <typename T>
+bool Schedule(const GraphView<T>& g, const int32_t* place, bool broadcast, Work<T>& w,
+              const RowOut<T>& out) {
+  Begin(g, place, w, out);
+  Run(g, place, broadcast, w, out, nullptr);
+  return End(g, w, out);
 }
 
 // Peak memory per device (reference.py `_peak_memory`): each device's live bytes swept in time
@@ -336,6 +398,126 @@ int64_t GroupStride(size_t count, int64_t per_group, int64_t groups) {
   return -1;
 }
 
+// Placement rows [G or 1, rows, n_pad] of a call, checked by `Graphs::Check`.
+struct Rows {
+  const int32_t* data;
+  size_t count;
+  int64_t rows;
+  const char* name;
+  int64_t stride = 0;  // over the groups, set by `Check`
+
+  const int32_t* Row(int64_t grp, int64_t r, int64_t n_pad) const {
+    return data + grp * stride + r * n_pad;
+  }
+};
+
+// The graph and cluster inputs both kernels take (`SimGraph`, `SimCluster`), for G groups.
+template <ffi::DataType F>
+struct Graphs {
+  using T = ffi::NativeType<F>;
+  ffi::Buffer<ffi::S32> n_ops;
+  ffi::Buffer<F> cost, out_bytes, param_bytes, inner;
+  ffi::Buffer<ffi::S32> n_parents, children;
+  ffi::Buffer<F> speed, bandwidth, delta1, delta2;
+  int64_t n_pad = 0, n_kids = 0, n_dev = 0, groups = 0;
+  int64_t stride[11] = {};
+  std::vector<Consumers> consumers;  // each group's (one when all share the graph)
+
+  // Checks each input's size (one graph or G) and the devices of `rows`; builds the consumer
+  // lists. `groups` G is the product of the vmapped axes.
+  ffi::Error Check(int64_t pad, int64_t n_groups, std::vector<Rows*> rows) {
+    n_pad = pad;
+    groups = n_groups;
+    n_kids = children.dimensions().back();
+    n_dev = speed.dimensions().back();
+    struct Input {
+      size_t count;
+      int64_t per_group;
+      const char* name;
+    };
+    const Input inputs[] = {{n_ops.element_count(), 1, "n_ops"},
+                            {cost.element_count(), n_pad, "cost"},
+                            {out_bytes.element_count(), n_pad, "out_bytes"},
+                            {param_bytes.element_count(), n_pad, "param_bytes"},
+                            {inner.element_count(), n_pad, "inner_kernels"},
+                            {n_parents.element_count(), n_pad, "n_parents"},
+                            {children.element_count(), n_pad * n_kids, "children"},
+                            {speed.element_count(), n_dev, "speed"},
+                            {bandwidth.element_count(), n_dev, "bandwidth"},
+                            {delta1.element_count(), 1, "delta1"},
+                            {delta2.element_count(), 1, "delta2"}};
+    auto mismatch = [](const char* name) {
+      return ffi::Error::InvalidArgument(std::string("native simulator: input ") + name +
+                                         " matches neither one graph nor the batch");
+    };
+    for (int i = 0; i < 11; ++i) {
+      stride[i] = GroupStride(inputs[i].count, inputs[i].per_group, groups);
+      if (stride[i] < 0) return mismatch(inputs[i].name);
+    }
+    for (Rows* r : rows) {
+      r->stride = GroupStride(r->count, r->rows * n_pad, groups);
+      if (r->stride < 0) return mismatch(r->name);
+    }
+    for (int64_t grp = 0; grp < groups; ++grp) {
+      const int32_t n = n_ops.typed_data()[grp * stride[0]];
+      if (n < 0 || n > n_pad) return ffi::Error::InvalidArgument("native simulator: n_ops");
+      if (grp == 0 || stride[6] != 0) {
+        consumers.push_back(CompactChildren(children.typed_data() + grp * stride[6], n, n_kids));
+      }
+      for (const Rows* r : rows) {
+        for (int64_t i = 0; i < r->rows; ++i) {
+          const int32_t* place = r->Row(grp, i, n_pad);
+          for (int32_t v = 0; v < n; ++v) {
+            if (place[v] < 0 || place[v] >= n_dev) {
+              return ffi::Error::InvalidArgument(
+                  "native simulator: op " + std::to_string(v) + " placed on device " +
+                  std::to_string(place[v]) + " of " + std::to_string(n_dev));
+            }
+          }
+        }
+      }
+    }
+    return ffi::Error::Success();
+  }
+
+  GraphView<T> View(int64_t grp) const {
+    const Consumers& kids = consumers[stride[6] != 0 ? grp : 0];
+    return {n_ops.typed_data()[grp * stride[0]],
+            int32_t(n_pad),
+            int32_t(n_dev),
+            cost.typed_data() + grp * stride[1],
+            out_bytes.typed_data() + grp * stride[2],
+            param_bytes.typed_data() + grp * stride[3],
+            inner.typed_data() + grp * stride[4],
+            n_parents.typed_data() + grp * stride[5],
+            kids.begin.data(),
+            kids.kids.data(),
+            speed.typed_data() + grp * stride[7],
+            bandwidth.typed_data() + grp * stride[8],
+            delta1.typed_data()[grp * stride[9]],
+            delta2.typed_data()[grp * stride[10]]};
+  }
+};
+
+// Runs `simulate(first, last)` over [0, total) on up to `threads` threads, contiguous ranges of
+// at least `per_thread` each; false if any range returned false.
+template <typename Body>
+bool Parallel(int64_t total, int64_t threads, int64_t per_thread, Body simulate) {
+  const int64_t n_threads = std::max<int64_t>(1, std::min<int64_t>(threads, total / per_thread));
+  std::vector<char> done(n_threads, 1);
+  std::vector<std::thread> helpers;
+  for (int64_t t = 1; t < n_threads; ++t) {
+    helpers.emplace_back([&, t] {
+      done[t] = simulate(total * t / n_threads, total * (t + 1) / n_threads);
+    });
+  }
+  done[0] = simulate(0, total / n_threads);
+  for (auto& helper : helpers) helper.join();
+  return std::find(done.begin(), done.end(), 0) == done.end();
+}
+
+const char kCycle[] = "native simulator: some ops never start (a cycle?)";
+
 template <ffi::DataType F>
 ffi::Error Simulate(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffer<F> out_bytes,
                     ffi::Buffer<F> param_bytes, ffi::Buffer<F> inner,
@@ -348,80 +530,24 @@ ffi::Error Simulate(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
                     ffi::ResultBuffer<F> xfer, ffi::ResultBuffer<F> arrival) {
   using T = ffi::NativeType<F>;
   const auto pdims = placements.dimensions();
-  const auto cdims = children.dimensions();
-  const auto sdims = speed.dimensions();
-  if (pdims.size() < 2 || cdims.size() < 2 || sdims.size() < 1) {
+  if (pdims.size() < 2 || children.dimensions().size() < 2 || speed.dimensions().size() < 1) {
     return ffi::Error::InvalidArgument("native simulator: placements, children or speed rank");
   }
   const int64_t n_pad = pdims[pdims.size() - 1], rows = pdims[pdims.size() - 2];
-  const int64_t n_kids = cdims[cdims.size() - 1], n_dev = sdims[sdims.size() - 1];
   if (rows == 0 || n_pad == 0) return ffi::Error::Success();
+  Graphs<F> graphs{n_ops, cost, out_bytes, param_bytes, inner, n_parents,
+                   children, speed, bandwidth, delta1, delta2};
+  Rows placed{placements.typed_data(), placements.element_count(), rows, "placements"};
   const int64_t groups = int64_t(makespan->element_count()) / rows;
-  struct Input {
-    size_t count;
-    int64_t per_group;
-    const char* name;
-  };
-  const Input inputs[] = {{n_ops.element_count(), 1, "n_ops"},
-                          {cost.element_count(), n_pad, "cost"},
-                          {out_bytes.element_count(), n_pad, "out_bytes"},
-                          {param_bytes.element_count(), n_pad, "param_bytes"},
-                          {inner.element_count(), n_pad, "inner_kernels"},
-                          {n_parents.element_count(), n_pad, "n_parents"},
-                          {children.element_count(), n_pad * n_kids, "children"},
-                          {speed.element_count(), n_dev, "speed"},
-                          {bandwidth.element_count(), n_dev, "bandwidth"},
-                          {delta1.element_count(), 1, "delta1"},
-                          {delta2.element_count(), 1, "delta2"},
-                          {placements.element_count(), rows * n_pad, "placements"}};
-  int64_t stride[12];
-  for (int i = 0; i < 12; ++i) {
-    stride[i] = GroupStride(inputs[i].count, inputs[i].per_group, groups);
-    if (stride[i] < 0) {
-      return ffi::Error::InvalidArgument(std::string("native simulator: input ") +
-                                         inputs[i].name + " matches neither one graph nor the batch");
-    }
-  }
-  // Checks, and each group's consumer lists (one list when all groups share the graph).
-  std::vector<Consumers> consumers;
-  for (int64_t grp = 0; grp < groups; ++grp) {
-    const int32_t n = n_ops.typed_data()[grp * stride[0]];
-    if (n < 0 || n > n_pad) return ffi::Error::InvalidArgument("native simulator: n_ops");
-    if (grp == 0 || stride[6] != 0) {
-      consumers.push_back(CompactChildren(children.typed_data() + grp * stride[6], n, n_kids));
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      const int32_t* place = placements.typed_data() + grp * stride[11] + r * n_pad;
-      for (int32_t v = 0; v < n; ++v) {
-        if (place[v] < 0 || place[v] >= n_dev) {
-          return ffi::Error::InvalidArgument("native simulator: op " + std::to_string(v) +
-                                             " placed on device " + std::to_string(place[v]) +
-                                             " of " + std::to_string(n_dev));
-        }
-      }
-    }
-  }
+  if (ffi::Error error = graphs.Check(n_pad, groups, {&placed}); error.failure()) return error;
+  const int64_t n_dev = graphs.n_dev;
   // Placements [first, last) in (group, row) order, on one thread; false if ops never start.
   auto simulate_range = [&](int64_t first, int64_t last) {
     Work<T> w = MakeWork<T>(n_pad, n_dev);
     for (int64_t row = first; row < last; ++row) {
       const int64_t grp = row / rows, r = row % rows;
-      const Consumers& kids = consumers[stride[6] != 0 ? grp : 0];
-      const GraphView<T> g{n_ops.typed_data()[grp * stride[0]],
-                           int32_t(n_pad),
-                           int32_t(n_dev),
-                           cost.typed_data() + grp * stride[1],
-                           out_bytes.typed_data() + grp * stride[2],
-                           param_bytes.typed_data() + grp * stride[3],
-                           inner.typed_data() + grp * stride[4],
-                           n_parents.typed_data() + grp * stride[5],
-                           kids.begin.data(),
-                           kids.kids.data(),
-                           speed.typed_data() + grp * stride[7],
-                           bandwidth.typed_data() + grp * stride[8],
-                           delta1.typed_data()[grp * stride[9]],
-                           delta2.typed_data()[grp * stride[10]]};
-      const int32_t* place = placements.typed_data() + grp * stride[11] + r * n_pad;
+      const GraphView<T> g = graphs.View(grp);
+      const int32_t* place = placed.Row(grp, r, n_pad);
       const RowOut<T> out{makespan->typed_data() + row,
                           start->typed_data() + row * n_pad,
                           end->typed_data() + row * n_pad,
@@ -433,29 +559,102 @@ ffi::Error Simulate(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
     }
     return true;
   };
-  // Placements are independent: up to `threads` threads take contiguous ranges of at least
-  // kRowsPerThread each (the outputs do not depend on the split).
-  constexpr int64_t kRowsPerThread = 4;
-  const int64_t total = groups * rows;
-  const int64_t n_threads =
-      std::max<int64_t>(1, std::min<int64_t>(threads, total / kRowsPerThread));
-  std::vector<char> started(n_threads, 1);
-  std::vector<std::thread> helpers;
-  for (int64_t t = 1; t < n_threads; ++t) {
-    helpers.emplace_back([&, t] {
-      started[t] = simulate_range(total * t / n_threads, total * (t + 1) / n_threads);
-    });
+  // Placements are independent (the outputs do not depend on the split).
+  if (!Parallel(groups * rows, threads, 4, simulate_range)) {
+    return ffi::Error::InvalidArgument(kCycle);
   }
-  started[0] = simulate_range(0, total / n_threads);
-  for (auto& helper : helpers) helper.join();
-  if (std::find(started.begin(), started.end(), 0) != started.end()) {
-    return ffi::Error::InvalidArgument("native simulator: some ops never start (a cycle?)");
+  return ffi::Error::Success();
+}
+
+// A schedule's per-op outputs, owned (the variants kernel returns only makespans and peaks).
+template <typename T>
+struct Trace {
+  std::vector<T> makespan, start, end, peak, xfer, arrival;
+
+  Trace(int64_t n_pad, int64_t n_dev)
+      : makespan(1), start(n_pad), end(n_pad), peak(n_dev), xfer(n_pad * n_dev),
+        arrival(n_pad * n_dev) {}
+
+  RowOut<T> Out() {
+    return {makespan.data(), start.data(), end.data(), peak.data(), xfer.data(), arrival.data()};
+  }
+};
+
+// Makespans and peak memory of placements [R, n_pad] that differ from `base` [n_pad] in a few
+// ops, the same as `Simulate`'s: `base`'s schedule runs once up to the first completion of a
+// parent of an op some row moves (`Run`'s `stop`), and each row goes on from a copy of it.
+template <ffi::DataType F>
+ffi::Error Variants(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffer<F> out_bytes,
+                    ffi::Buffer<F> param_bytes, ffi::Buffer<F> inner,
+                    ffi::Buffer<ffi::S32> n_parents, ffi::Buffer<ffi::S32> children,
+                    ffi::Buffer<F> speed, ffi::Buffer<F> bandwidth, ffi::Buffer<F> delta1,
+                    ffi::Buffer<F> delta2, ffi::Buffer<ffi::S32> base,
+                    ffi::Buffer<ffi::S32> placements, bool broadcast, int32_t threads,
+                    ffi::ResultBuffer<F> makespan, ffi::ResultBuffer<F> peak) {
+  using T = ffi::NativeType<F>;
+  const auto pdims = placements.dimensions();
+  if (pdims.size() < 2 || children.dimensions().size() < 2 || speed.dimensions().size() < 1) {
+    return ffi::Error::InvalidArgument("native simulator: placements, children or speed rank");
+  }
+  const int64_t n_pad = pdims[pdims.size() - 1], rows = pdims[pdims.size() - 2];
+  if (rows == 0 || n_pad == 0) return ffi::Error::Success();
+  Graphs<F> graphs{n_ops, cost, out_bytes, param_bytes, inner, n_parents,
+                   children, speed, bandwidth, delta1, delta2};
+  Rows based{base.typed_data(), base.element_count(), 1, "base"};
+  Rows placed{placements.typed_data(), placements.element_count(), rows, "placements"};
+  const int64_t groups = int64_t(makespan->element_count()) / rows;
+  if (ffi::Error error = graphs.Check(n_pad, groups, {&based, &placed}); error.failure()) {
+    return error;
+  }
+  const int64_t n_dev = graphs.n_dev;
+  for (int64_t grp = 0; grp < groups; ++grp) {
+    const GraphView<T> g = graphs.View(grp);
+    const int32_t* home = based.Row(grp, 0, n_pad);
+    // The ops some row moves; the shared prefix stops at their parents' first completion, and
+    // is empty when one of them has no parents (it is ready at the start).
+    std::vector<char> moved(n_pad, 0), stop(n_pad, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t* place = placed.Row(grp, r, n_pad);
+      for (int32_t v = 0; v < g.n; ++v) moved[v] |= place[v] != home[v];
+    }
+    bool shared = true;
+    for (int32_t v = 0; v < g.n; ++v) {
+      if (moved[v] && g.n_parents[v] == 0) shared = false;
+      for (int32_t j = g.kid_begin[v]; j < g.kid_begin[v + 1]; ++j) stop[v] |= moved[g.kids[j]];
+    }
+    Work<T> prefix = MakeWork<T>(n_pad, n_dev);
+    Trace<T> begun(n_pad, n_dev);
+    Begin(g, home, prefix, begun.Out());
+    if (shared) Run(g, home, broadcast, prefix, begun.Out(), stop.data());
+    auto simulate_range = [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        const int32_t* place = placed.Row(grp, r, n_pad);
+        Work<T> w = prefix;
+        Trace<T> trace = begun;
+        const RowOut<T> out = trace.Out();
+        if (!shared) {
+          Begin(g, place, w, out);
+        } else {
+          for (int32_t v = 0; v < g.n; ++v) {
+            if (moved[v]) w.duration[v] = Duration(g, place, v);
+          }
+        }
+        Run(g, place, broadcast, w, out, nullptr);
+        if (!End(g, w, out)) return false;
+        PeakMemory(g, place, w, out);
+        makespan->typed_data()[grp * rows + r] = trace.makespan[0];
+        std::copy(trace.peak.begin(), trace.peak.end(),
+                  peak->typed_data() + (grp * rows + r) * n_dev);
+      }
+      return true;
+    };
+    if (!Parallel(rows, threads, 1, simulate_range)) return ffi::Error::InvalidArgument(kCycle);
   }
   return ffi::Error::Success();
 }
 
 template <ffi::DataType F>
-constexpr auto Binding() {
+constexpr auto GraphArgs() {
   return ffi::Ffi::Bind()
       .template Arg<ffi::Buffer<ffi::S32>>()  // n_ops
       .template Arg<ffi::Buffer<F>>()         // cost
@@ -467,7 +666,12 @@ constexpr auto Binding() {
       .template Arg<ffi::Buffer<F>>()         // speed
       .template Arg<ffi::Buffer<F>>()         // bandwidth
       .template Arg<ffi::Buffer<F>>()         // delta1
-      .template Arg<ffi::Buffer<F>>()         // delta2
+      .template Arg<ffi::Buffer<F>>();        // delta2
+}
+
+template <ffi::DataType F>
+constexpr auto Binding() {
+  return GraphArgs<F>()
       .template Arg<ffi::Buffer<ffi::S32>>()  // placements
       .template Attr<bool>("broadcast")
       .template Attr<int32_t>("threads")
@@ -479,7 +683,20 @@ constexpr auto Binding() {
       .template Ret<ffi::Buffer<F>>();  // arrival
 }
 
+template <ffi::DataType F>
+constexpr auto VariantsBinding() {
+  return GraphArgs<F>()
+      .template Arg<ffi::Buffer<ffi::S32>>()  // base
+      .template Arg<ffi::Buffer<ffi::S32>>()  // placements
+      .template Attr<bool>("broadcast")
+      .template Attr<int32_t>("threads")
+      .template Ret<ffi::Buffer<F>>()  // makespan
+      .template Ret<ffi::Buffer<F>>();  // peak_memory
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PlacetoSimulateF32, Simulate<ffi::F32>, Binding<ffi::F32>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PlacetoSimulateF64, Simulate<ffi::F64>, Binding<ffi::F64>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PlacetoVariantsF32, Variants<ffi::F32>, VariantsBinding<ffi::F32>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PlacetoVariantsF64, Variants<ffi::F64>, VariantsBinding<ffi::F64>());

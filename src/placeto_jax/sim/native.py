@@ -19,11 +19,12 @@ import jax
 import numpy as np
 
 LIBRARY = "placeto_jax.sim._native"  # the compiled `native.cc`; not a Python module
-_SYMBOLS = {np.dtype(np.float32): "PlacetoSimulateF32", np.dtype(np.float64): "PlacetoSimulateF64"}
+_KERNELS = ("Simulate", "Variants")  # `native.cc`'s handlers, each for float32 and float64
+_DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}
 
 
-def _target(dtype) -> str:
-    return "placeto_jax_" + _SYMBOLS[np.dtype(dtype)]
+def _target(kernel: str, dtype) -> str:
+    return f"placeto_jax_Placeto{kernel}{_DTYPES[np.dtype(dtype)]}"
 
 
 @functools.cache
@@ -39,9 +40,10 @@ def available() -> bool:
             f"the native simulator at {spec.origin} does not load ({error}); rebuild it with "
             "`pip install -e .`, or set PLACETO_JAX_NATIVE=0 to run the JAX loops"
         ) from error
-    for dtype, symbol in _SYMBOLS.items():
-        handler = jax.ffi.pycapsule(getattr(library, symbol))
-        jax.ffi.register_ffi_target(_target(dtype), handler, platform="cpu")
+    for kernel in _KERNELS:
+        for dtype, suffix in _DTYPES.items():
+            handler = jax.ffi.pycapsule(getattr(library, f"Placeto{kernel}{suffix}"))
+            jax.ffi.register_ffi_target(_target(kernel, dtype), handler, platform="cpu")
     return True
 
 
@@ -79,7 +81,7 @@ def simulate_placements(graph, cluster, placements: jax.Array, broadcast: bool) 
         return jax.ShapeDtypeStruct(shape, dtype)
 
     call = jax.ffi.ffi_call(
-        _target(dtype),
+        _target("Simulate", dtype),
         (
             like(n_rows),
             like(n_rows, n_pad),
@@ -90,19 +92,33 @@ def simulate_placements(graph, cluster, placements: jax.Array, broadcast: bool) 
         ),
         vmap_method="broadcast_all",
     )
-    return call(
-        graph.n_ops,
-        graph.cost,
-        graph.out_bytes,
-        graph.param_bytes,
-        graph.inner_kernels,
-        graph.n_parents,
-        graph.children,
-        cluster.speed,
-        cluster.bandwidth,
-        cluster.delta1,
-        cluster.delta2,
-        placements,
-        broadcast=bool(broadcast),
-        threads=np.int32(threads()),
+    return call(*_graph_args(graph, cluster), placements, broadcast=bool(broadcast),
+                threads=np.int32(threads()))  # fmt: skip
+
+
+def simulate_variants(
+    graph, cluster, base: jax.Array, placements: jax.Array, broadcast: bool
+) -> tuple:
+    """(makespan [R], peak memory [R, D]) of placements [R, Np] int32 that differ from `base`
+    [Np] in a few ops, equal to `simulate_placements`'s: `base`'s schedule runs once up to the
+    first completion of a parent of a moved op, and each row goes on from there (`native.cc`,
+    `Variants`). Under vmap every input may carry the batch axes."""
+    if not available():
+        raise RuntimeError("the native simulator is not built (no C++ compiler at install?)")
+    n_rows = placements.shape[0]
+    n_dev = cluster.speed.shape[0]
+    dtype = graph.cost.dtype
+    call = jax.ffi.ffi_call(
+        _target("Variants", dtype),
+        (jax.ShapeDtypeStruct((n_rows,), dtype), jax.ShapeDtypeStruct((n_rows, n_dev), dtype)),
+        vmap_method="broadcast_all",
     )
+    return call(*_graph_args(graph, cluster), base, placements, broadcast=bool(broadcast),
+                threads=np.int32(threads()))  # fmt: skip
+
+
+def _graph_args(graph, cluster) -> tuple:
+    """The kernels' first inputs: the `SimGraph`'s and `SimCluster`'s arrays."""
+    return (graph.n_ops, graph.cost, graph.out_bytes, graph.param_bytes, graph.inner_kernels,
+            graph.n_parents, graph.children, cluster.speed, cluster.bandwidth, cluster.delta1,
+            cluster.delta2)  # fmt: skip
