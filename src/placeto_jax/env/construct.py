@@ -33,7 +33,8 @@ the exact simulator (`sim/`): the penalised makespan of the placement that puts 
 d, the ops before t where the episode put them and the later ones where the hint does (the
 hint completes the episode), against that of the hint's device and of the best device. They
 cost D - 1 simulations per decision (the hint's device is the completion so far), counted as
-evaluations (`rl.construct_loop.lookahead_evaluations`).
+evaluations (`rl.construct_loop.lookahead_evaluations`); they share the completion's schedule up
+to where the class is first reached (`sim.api.simulate_variants`).
 
 An episode costs O(N (K + D)) for N ops of at most K parents on D devices (with the lookahead,
 N (D - 1) simulations more); its placement is scored once by the exact simulator outside this

@@ -516,6 +516,17 @@ bool Parallel(int64_t total, int64_t threads, int64_t per_thread, Body simulate)
   return std::find(done.begin(), done.end(), 0) == done.end();
 }
 
+// Placements need rows and ops axes, children ops and slots, speed devices.
+template <ffi::DataType F>
+ffi::Error CheckRanks(const ffi::Buffer<ffi::S32>& placements,
+                      const ffi::Buffer<ffi::S32>& children, const ffi::Buffer<F>& speed) {
+  if (placements.dimensions().size() < 2 || children.dimensions().size() < 2 ||
+      speed.dimensions().size() < 1) {
+    return ffi::Error::InvalidArgument("native simulator: placements, children or speed rank");
+  }
+  return ffi::Error::Success();
+}
+
 const char kCycle[] = "native simulator: some ops never start (a cycle?)";
 
 template <ffi::DataType F>
@@ -529,10 +540,8 @@ ffi::Error Simulate(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
                     ffi::ResultBuffer<F> end, ffi::ResultBuffer<F> peak,
                     ffi::ResultBuffer<F> xfer, ffi::ResultBuffer<F> arrival) {
   using T = ffi::NativeType<F>;
+  if (ffi::Error error = CheckRanks(placements, children, speed); error.failure()) return error;
   const auto pdims = placements.dimensions();
-  if (pdims.size() < 2 || children.dimensions().size() < 2 || speed.dimensions().size() < 1) {
-    return ffi::Error::InvalidArgument("native simulator: placements, children or speed rank");
-  }
   const int64_t n_pad = pdims[pdims.size() - 1], rows = pdims[pdims.size() - 2];
   if (rows == 0 || n_pad == 0) return ffi::Error::Success();
   Graphs<F> graphs{n_ops, cost, out_bytes, param_bytes, inner, n_parents,
@@ -592,10 +601,8 @@ ffi::Error Variants(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
                     ffi::Buffer<ffi::S32> placements, bool broadcast, int32_t threads,
                     ffi::ResultBuffer<F> makespan, ffi::ResultBuffer<F> peak) {
   using T = ffi::NativeType<F>;
+  if (ffi::Error error = CheckRanks(placements, children, speed); error.failure()) return error;
   const auto pdims = placements.dimensions();
-  if (pdims.size() < 2 || children.dimensions().size() < 2 || speed.dimensions().size() < 1) {
-    return ffi::Error::InvalidArgument("native simulator: placements, children or speed rank");
-  }
   const int64_t n_pad = pdims[pdims.size() - 1], rows = pdims[pdims.size() - 2];
   if (rows == 0 || n_pad == 0) return ffi::Error::Success();
   Graphs<F> graphs{n_ops, cost, out_bytes, param_bytes, inner, n_parents,
