@@ -621,6 +621,13 @@ def test_train_with_the_construct_preset_from_the_command_line(tmp_path, capsys,
     out = capsys.readouterr().out
     assert f"after 3 updates (3 imitating {teacher}, 0 self-imitation)" in out
     assert "example:diamond" in out and "/ best" in out
+    # Its own placements: the sampled pipeline's, or with the lookahead `place`'s default (the
+    # greedy episode alone): the evaluations column against `eval`'s default pipeline.
+    trained = next(line for line in out.splitlines() if line.startswith("example:diamond"))
+    assert main(["eval", "--checkpoint", str(tmp_path), "--graphs", "example:diamond"]) == 0
+    greedy = capsys.readouterr().out.splitlines()[1]
+    evals, greedy_evals = int(trained.split()[2]), int(greedy.split()[2])
+    assert evals == greedy_evals if preset == "construct-lookahead" else evals > greedy_evals
     assert main(["eval", "--checkpoint", str(tmp_path), "--graphs", "example:diamond",
                  "--pipeline", "sampled", "--control"]) == 0  # fmt: skip
     head, row = capsys.readouterr().out.splitlines()[:2]

@@ -244,9 +244,9 @@ def place_many(
     sampled episodes and the heuristics that need one; `compare`: run the fast heuristics on
     each op graph to report the best (`Placed.best_heuristic`); `heuristics`: per graph, their
     results when already run (`fast_heuristics` with `key`; their stage then logs no wall
-    time); `progress`: bars over the heuristics and the search stages. ValueError before any
-    work when a stage needs a policy and none is given, or the policy places for another
-    device count."""
+    time); `progress`: bars over the heuristics, the construct agent's episodes and the search
+    stages. ValueError before any work when a stage needs a policy and none is given, or the
+    policy places for another device count."""
     pipeline = Pipeline() if pipeline is None else pipeline
     check(pipeline, policy, cluster)
     for name, graph in graphs:
@@ -268,7 +268,7 @@ def place_many(
         placed, graphs_placed = _from_heuristics(named, cluster, heuristics, heuristics_s, log)
     else:
         placed, graphs_placed = _episodes(named, cluster, pipeline, policy, key, heuristics,
-                                          heuristics_s, log)  # fmt: skip
+                                          heuristics_s, log, progress)  # fmt: skip
     placed = _searches(named, cluster, pipeline, policy, placed, graphs_placed, heuristics, log,
                        key, progress)  # fmt: skip
     best = [fastest_fitting(h) for h in heuristics] if compare and heuristics else None
@@ -318,11 +318,12 @@ def _from_heuristics(named, cluster, heuristics, heuristics_s, log):
     return out, [PlacementGraph(name, graph) for name, graph in named]
 
 
-def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, log):
+def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, log, progress):
     """The policy's placement of each graph: its greedy (and sampled) episodes at each
     coarsening, the best kept; (placements, the kept coarsening's graphs)."""
     if policy.config.agent == "construct":
-        return _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log)
+        return _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log,
+                                   progress)  # fmt: skip
     config = episode_config(policy.config, pipeline)
     start = pipeline.start or None
     if start == "best-op":
@@ -356,7 +357,7 @@ def _episodes(named, cluster, pipeline, policy, key, heuristics, heuristics_s, l
     return placed, kept
 
 
-def _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log):
+def _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log, progress):
     """The construct agent's placement of each op graph: the best of its greedy episode and
     `pipeline.samples` sampled ones by exact simulation; each graph's episodes draw from `key`
     folded with the graph's content, so a graph is placed alike alone or beside others. A
@@ -367,7 +368,9 @@ def _construct_episodes(named, cluster, pipeline, policy, key, heuristics, log):
             "group_targets and search_groups are for the paper agent"
         )
     placed, graphs = [], []
-    for i, ((name, graph), stages) in enumerate(zip(named, log, strict=True)):
+    bar = tqdm(list(zip(named, log, strict=True)), desc="episodes", unit="graph",
+               disable=not progress)  # fmt: skip
+    for i, ((name, graph), stages) in enumerate(bar):
         began = time.perf_counter()
         hints = None
         if policy.config.env.construct_hint == "best":  # a declared start every op observes

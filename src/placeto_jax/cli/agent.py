@@ -284,14 +284,16 @@ def _train(args: argparse.Namespace) -> int:
 
 def _train_construct(args: argparse.Namespace, config, graphs, workdir: str, cluster) -> int:
     """`train` for the construct agent: op graphs, one process; then its own placements (the
-    `sampled` pipeline) against the heuristics."""
+    `sampled` pipeline; with the lookahead, whose episode simulates thousands of placements,
+    `place`'s default: the greedy episode) against the heuristics."""
     if args.coordinator or args.start not in (None, "random"):
         raise ValueError("the construct agent trains in one process, from no start")
     named = [(pg.name, pg.op_graph or pg.graph) for pg in graphs]
     taught = config_teachers(config, named, cluster)
     state = construct_loop.train_in(config, named, cluster, workdir, taught, not args.no_progress)
     policy = Policy(config, state.params, target=cluster)
-    own = place_many(named, cluster, PIPELINES["sampled"], policy,
+    pipeline = PIPELINES["policy" if config.env.construct_lookahead else "sampled"]
+    own = place_many(named, cluster, pipeline, policy,
                      jax.random.key(args.seed), compare=not args.no_heuristics,
                      progress=not args.no_progress)  # fmt: skip
     print(train_text(config, own, own, workdir))

@@ -44,7 +44,7 @@ class SimGraph:
     param_bytes: jax.Array  # [Np] float bytes
     inner_kernels: jax.Array  # [Np] float, kernels an op runs after its first (grouped ops)
     n_parents: jax.Array  # [Np] int32
-    children: jax.Array  # [Np, K] int32, Np where absent
+    children: jax.Array  # [Np, K] int32, each op's consumers first, then Np (absent)
     chain_heads: jax.Array  # [W] int32, -1 for padding chains
     chain_next: jax.Array  # [Np] int32, -1 at a chain's end
     chain_of: jax.Array  # [Np] int32

@@ -9,8 +9,8 @@
 //
 // Buffers (the graph and cluster are those of `SimGraph` / `SimCluster`, padded to Np ops):
 //   n_ops [G] s32, cost / out_bytes / param_bytes / inner_kernels [G, Np] F, n_parents [G, Np]
-//   s32, children [G, Np, K] s32 (Np where absent), speed / bandwidth [G, D] F, delta1 / delta2
-//   [G] F, placements [G, R, Np] s32;
+//   s32, children [G, Np, K] s32 (each op's consumers first, then Np), speed / bandwidth [G, D]
+//   F, delta1 / delta2 [G] F, placements [G, R, Np] s32;
 //   results makespan [G, R], start / end [G, R, Np], peak_memory [G, R, D], transfer_start /
 //   arrival [G, R, Np, D] (-inf where no transfer); G = 1 or the product of vmapped axes (an
 //   input with a single group serves them all).
@@ -350,8 +350,9 @@ void PeakMemory(const GraphView<T>& g, const int32_t* place, Work<T>& w, const R
   for (int32_t d = 0; d < n_dev; ++d) out.peak[d] = out.peak[d] + params[d];
 }
 
-// The consumers of ops [0, n) from padded rows [n_pad, n_kids] (entries >= n are absent), as
-// offsets `begin` [n + 1] into the list `kids`: v's are kids[begin[v]:begin[v + 1]].
+// The consumers of ops [0, n) from padded rows [n_pad, n_kids] (each row's consumers first,
+// then entries >= n: absent), as offsets `begin` [n + 1] into the list `kids`: v's are
+// kids[begin[v]:begin[v + 1]].
 struct Consumers {
   std::vector<int32_t> begin, kids;
 };
@@ -362,7 +363,8 @@ Consumers CompactChildren(const int32_t* children, int32_t n, int64_t n_kids) {
   for (int32_t v = 0; v < n; ++v) {
     for (int64_t j = 0; j < n_kids; ++j) {
       const int32_t c = children[v * n_kids + j];
-      if (c >= 0 && c < n) out.kids.push_back(c);
+      if (c < 0 || c >= n) break;
+      out.kids.push_back(c);
     }
     out.begin[v + 1] = int32_t(out.kids.size());
   }
@@ -634,10 +636,14 @@ ffi::Error Variants(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
     Begin(g, home, prefix, begun.Out());
     if (shared) Run(g, home, broadcast, prefix, begun.Out(), stop.data());
     auto simulate_range = [&](int64_t first, int64_t last) {
+      Work<T> w = prefix;  // copies assigned again for each row, reusing their storage
+      Trace<T> trace = begun;
       for (int64_t r = first; r < last; ++r) {
         const int32_t* place = placed.Row(grp, r, n_pad);
-        Work<T> w = prefix;
-        Trace<T> trace = begun;
+        if (r > first) {
+          w = prefix;
+          trace = begun;
+        }
         const RowOut<T> out = trace.Out();
         if (!shared) {
           Begin(g, place, w, out);

@@ -31,7 +31,7 @@ class PaddedGraph:
     param_bytes: np.ndarray  # [Np] float bytes
     inner_kernels: np.ndarray  # [Np] float, kernels an op runs after its first (0: one or none)
     n_parents: np.ndarray  # [Np] int32
-    children: np.ndarray  # [Np, K] int32 consumer indices, Np where absent
+    children: np.ndarray  # [Np, K] int32 consumer indices first, then Np (absent)
     chain_heads: np.ndarray  # [W] int32 first op of each chain, -1 for padding chains
     chain_next: np.ndarray  # [Np] int32 next op on the same chain, -1 at a chain's end
     chain_of: np.ndarray  # [Np] int32 chain holding each op (0 for padding ops)
