@@ -212,3 +212,28 @@ def test_variants_on_a_wide_graph_and_any_thread_count(monkeypatch):
         makespan, peak = _variants(graph, cluster, base, rows)
         np.testing.assert_array_equal(makespan, want.makespan)
         np.testing.assert_array_equal(peak, want.peak_memory)
+
+
+@needs_kernel
+def test_variants_under_vmap_equal_one_call_per_base():
+    """vmap over bases and their rows (a batch of lookahead episodes): each group's outputs
+    are those of its own call."""
+    graph, cluster = layered(60, seed=2), pj.Cluster(3, speed=[1.0, 2.0, 0.5])
+    rng = np.random.default_rng(2)
+    pg = padded(graph)
+    bases = np.zeros((2, pg.n_pad), np.int32)
+    bases[:, : graph.n_ops] = rng.integers(0, 3, (2, graph.n_ops))
+    rows = np.repeat(bases[:, None], 2, axis=1)
+    rows[0, :, 30], rows[1, :, 45] = [(bases[0, 30] + 1) % 3, (bases[0, 30] + 2) % 3], [0, 1]
+    with precision.scope(F64):
+        sg, sc = SimGraph.from_padded(pg, F64), sim_cluster(cluster, F64)
+        batch = jax.vmap(native.simulate_variants, in_axes=(None, None, 0, 0, None))
+        batched = jax.jit(batch, static_argnums=4)(
+            sg, sc, jnp.asarray(bases), jnp.asarray(rows), cluster.broadcast
+        )
+    for i in range(2):
+        makespan, peak = _variants(
+            graph, cluster, bases[i, : graph.n_ops], rows[i, :, : graph.n_ops]
+        )
+        np.testing.assert_array_equal(batched[0][i], makespan)
+        np.testing.assert_array_equal(batched[1][i], peak)
