@@ -410,8 +410,8 @@ def lookahead_runtimes(
         return current[None]
     others = jnp.arange(n_devices - 1)
     others = others + (others >= hinted)
-    current_placement = completions(g, s, t, hinted[None])[0]
-    runtime = log_runtimes(g, m, current_placement, completions(g, s, t, others))
+    placements = completions(g, s, t, jnp.concatenate([hinted[None], others]))  # current first
+    runtime = log_runtimes(g, m, placements[0], placements[1:])
     return jnp.zeros(n_devices).at[others].set(runtime).at[hinted].set(current)
 
 

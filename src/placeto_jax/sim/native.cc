@@ -518,14 +518,17 @@ bool Parallel(int64_t total, int64_t threads, int64_t per_thread, Body simulate)
   return std::find(done.begin(), done.end(), 0) == done.end();
 }
 
-// Placements need rows and ops axes, children ops and slots, speed devices.
+// The placements' rows and ops per row (their last two axes), after checking the ranks:
+// placements need rows and ops axes, children ops and slots, speed devices.
 template <ffi::DataType F>
-ffi::Error CheckRanks(const ffi::Buffer<ffi::S32>& placements,
-                      const ffi::Buffer<ffi::S32>& children, const ffi::Buffer<F>& speed) {
-  if (placements.dimensions().size() < 2 || children.dimensions().size() < 2 ||
-      speed.dimensions().size() < 1) {
+ffi::Error RowShape(const ffi::Buffer<ffi::S32>& placements, const ffi::Buffer<ffi::S32>& children,
+                    const ffi::Buffer<F>& speed, int64_t& rows, int64_t& n_pad) {
+  const auto pdims = placements.dimensions();
+  if (pdims.size() < 2 || children.dimensions().size() < 2 || speed.dimensions().size() < 1) {
     return ffi::Error::InvalidArgument("native simulator: placements, children or speed rank");
   }
+  rows = pdims[pdims.size() - 2];
+  n_pad = pdims[pdims.size() - 1];
   return ffi::Error::Success();
 }
 
@@ -542,9 +545,10 @@ ffi::Error Simulate(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
                     ffi::ResultBuffer<F> end, ffi::ResultBuffer<F> peak,
                     ffi::ResultBuffer<F> xfer, ffi::ResultBuffer<F> arrival) {
   using T = ffi::NativeType<F>;
-  if (ffi::Error error = CheckRanks(placements, children, speed); error.failure()) return error;
-  const auto pdims = placements.dimensions();
-  const int64_t n_pad = pdims[pdims.size() - 1], rows = pdims[pdims.size() - 2];
+  int64_t rows = 0, n_pad = 0;
+  if (ffi::Error error = RowShape(placements, children, speed, rows, n_pad); error.failure()) {
+    return error;
+  }
   if (rows == 0 || n_pad == 0) return ffi::Error::Success();
   Graphs<F> graphs{n_ops, cost, out_bytes, param_bytes, inner, n_parents,
                    children, speed, bandwidth, delta1, delta2};
@@ -603,9 +607,10 @@ ffi::Error Variants(ffi::Buffer<ffi::S32> n_ops, ffi::Buffer<F> cost, ffi::Buffe
                     ffi::Buffer<ffi::S32> placements, bool broadcast, int32_t threads,
                     ffi::ResultBuffer<F> makespan, ffi::ResultBuffer<F> peak) {
   using T = ffi::NativeType<F>;
-  if (ffi::Error error = CheckRanks(placements, children, speed); error.failure()) return error;
-  const auto pdims = placements.dimensions();
-  const int64_t n_pad = pdims[pdims.size() - 1], rows = pdims[pdims.size() - 2];
+  int64_t rows = 0, n_pad = 0;
+  if (ffi::Error error = RowShape(placements, children, speed, rows, n_pad); error.failure()) {
+    return error;
+  }
   if (rows == 0 || n_pad == 0) return ffi::Error::Success();
   Graphs<F> graphs{n_ops, cost, out_bytes, param_bytes, inner, n_parents,
                    children, speed, bandwidth, delta1, delta2};
