@@ -3,6 +3,8 @@ simulator where the scheduler's model is exact, SCT's favourite children, memory
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -11,7 +13,8 @@ import placeto_jax as pj
 from placeto_jax import Cluster, Graph, simulate
 from placeto_jax.graphs.generators import diamond
 from placeto_jax.placers import listsched, run_method
-from placeto_jax.placers.timeline import upward_rank
+from placeto_jax.placers.timeline import Schedule, Timeline, upward_rank
+from randgraphs import random_case
 
 SCHEDULERS = [
     listsched.heft,
@@ -160,3 +163,78 @@ def test_a_scheduler_that_cannot_fit_memory_says_so(method, capsys):
     )
     assert not result.fits_memory
     assert run_method(method, graph, pj.Cluster(2, memory=30.0), jax.random.key(0)).note == ""
+
+
+def _naive_etf(graph: Graph, cluster: Cluster, devices_of) -> Schedule:
+    """ETF as written in the literature: at every step probe every ready (op, device) pair
+    afresh and commit the smallest (start, -rank, device, op). No caches."""
+    rank = upward_rank(graph, cluster)
+    timeline = Timeline(graph, cluster)
+    waiting = graph.in_degree.copy()
+    ready = set(np.flatnonzero(waiting == 0).tolist())
+    while ready:
+        candidates = []
+        for v in ready:
+            for d in devices_of(timeline, v):
+                start, transfers = timeline.probe(v, d)
+                candidates.append(((start, -rank[v], d, v), transfers))
+        (start, _, d, v), transfers = min(candidates, key=lambda c: c[0])
+        timeline.commit(v, d, start, transfers)
+        ready.discard(v)
+        for c in graph.children(v).tolist():
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.add(c)
+    return timeline.schedule()
+
+
+def _tight_case(seed: int) -> tuple[Graph, Cluster]:
+    """A random case whose devices hold 20-60% of the graph's bytes (or all of it), a third of
+    them with co-location groups."""
+    graph, cluster, _ = random_case(seed, max_ops=50)
+    rng = np.random.default_rng(seed)
+    share = rng.choice([0.0, 0.2, 0.35, 0.6])
+    if share:
+        total = float((graph.param_bytes + graph.out_bytes).sum())
+        cluster = dataclasses.replace(cluster, memory=total * share + 1.0)
+    if rng.random() < 0.35:
+        groups = rng.integers(0, max(1, graph.n_ops // 4), graph.n_ops)
+        colocation = np.where(rng.random(graph.n_ops) < 0.4, groups, -1)
+        graph = Graph.from_edges(
+            graph.cost, graph.out_bytes, graph.edges, graph.param_bytes, colocation=colocation
+        )
+    return graph, cluster
+
+
+def test_etf_schedulers_equal_a_naive_etf_on_random_cases():
+    # m-ETF, m-SCT and the fixed-placement estimate keep probes and memory checks between
+    # steps; the naive loop recomputes everything at every step. Same placements, same times.
+    overflowing = restricted = 0
+    for seed in range(120):
+        graph, cluster = _tight_case(seed)
+        favourite = listsched.favourite_parents(graph, cluster)
+        fixed = np.random.default_rng(seed).integers(0, cluster.n_devices, graph.n_ops)
+
+        def sct(timeline, v, favourite=favourite):
+            allowed = timeline.devices(v)
+            u = favourite[v]
+            return [timeline.place[u]] if u >= 0 and timeline.place[u] in allowed else allowed
+
+        for fast, naive in [
+            (listsched.m_etf(graph, cluster), _naive_etf(graph, cluster, Timeline.devices)),
+            (listsched.m_sct(graph, cluster), _naive_etf(graph, cluster, sct)),
+            (
+                listsched.estimate(graph, cluster, fixed),
+                _naive_etf(graph, cluster, lambda _, v, fixed=fixed: [int(fixed[v])]),
+            ),
+        ]:
+            assert fast.placement.tolist() == naive.placement.tolist(), seed
+            assert fast.start.tolist() == naive.start.tolist(), seed
+            assert fast.end.tolist() == naive.end.tolist(), seed
+            assert fast.overflowing == naive.overflowing, seed
+            overflowing += fast.overflowing > 0
+        roomy = dataclasses.replace(cluster, memory=1e18)
+        restricted += not np.array_equal(
+            listsched.m_etf(graph, cluster).placement, listsched.m_etf(graph, roomy).placement
+        )
+    assert overflowing > 5 and restricted > 5  # the memory bound was exercised

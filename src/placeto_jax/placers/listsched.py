@@ -59,7 +59,7 @@ def critical_path(graph: Graph, cluster: Cluster) -> Schedule:
 def m_etf(graph: Graph, cluster: Cluster) -> Schedule:
     """m-ETF: the ready (op, device) pair with the earliest start; ties to the larger upward
     rank, then the lower device and op index."""
-    return _etf(graph, cluster, lambda timeline, v: timeline.devices(v))
+    return _etf(graph, cluster, _any_allowed)
 
 
 def m_sct(graph: Graph, cluster: Cluster) -> Schedule:
@@ -67,14 +67,16 @@ def m_sct(graph: Graph, cluster: Cluster) -> Schedule:
     memory allows)."""
     favourite_parent = favourite_parents(graph, cluster)
 
-    def devices(timeline: Timeline, v: int) -> list[int]:
-        allowed = timeline.devices(v)
-        u = favourite_parent[v]
-        if u >= 0 and timeline.place[u] in allowed:
-            return [timeline.place[u]]
+    def restrict(ops: np.ndarray, allowed: np.ndarray, place: np.ndarray) -> np.ndarray:
+        parent = favourite_parent[ops]
+        preferred = np.where(parent >= 0, place[parent], -1)  # [R] device, -1 for none
+        rows = np.flatnonzero(preferred >= 0)
+        rows = rows[allowed[rows, preferred[rows]]]
+        allowed[rows] = False
+        allowed[rows, preferred[rows]] = True
         return allowed
 
-    return _etf(graph, cluster, devices)
+    return _etf(graph, cluster, restrict)
 
 
 def m_topo(graph: Graph, cluster: Cluster) -> Schedule:
@@ -100,8 +102,14 @@ def m_topo(graph: Graph, cluster: Cluster) -> Schedule:
 
 def estimate(graph: Graph, cluster: Cluster, placement: np.ndarray) -> Schedule:
     """The ETF schedule of a fixed placement: the scheduler-side estimate of its makespan."""
-    fixed = [int(d) for d in placement]
-    return _etf(graph, cluster, lambda timeline, v: [fixed[v]])
+    fixed = np.asarray(placement, dtype=np.int64)
+
+    def restrict(ops: np.ndarray, allowed: np.ndarray, place: np.ndarray) -> np.ndarray:
+        allowed[:] = False
+        allowed[np.arange(ops.size), fixed[ops]] = True
+        return allowed
+
+    return _etf(graph, cluster, restrict)
 
 
 # ---------------------------------------------------------------------- shared loops
@@ -117,40 +125,85 @@ def _earliest_finish(timeline: Timeline, v: int, devices: list[int]) -> None:
     timeline.commit(v, d, start, transfers)
 
 
-def _etf(graph: Graph, cluster: Cluster, devices_of) -> Schedule:
+def _any_allowed(ops: np.ndarray, allowed: np.ndarray, place: np.ndarray) -> np.ndarray:
+    """ETF's own rule: every device the timeline allows."""
+    return allowed
+
+
+def _etf(graph: Graph, cluster: Cluster, restrict) -> Schedule:
     """ETF: commit the ready (op, device) pair with the smallest (start, -rank, device, op).
-    Probes are cached per ready op and device and dropped when that device or a bus of the op's
-    parents changes."""
+
+    `restrict(ops [R], allowed [R, D] bool, place [N]) -> [R, D] bool` narrows the devices the
+    timeline allows the ready ops. A pair starts at max(inputs ready, device free): the first
+    part is cached per ready op and device and dropped when a bus of one of the op's parents'
+    devices sends; the second is read fresh. The memory bound is kept per ready op and device
+    and updated for the committed device only (the only one whose charge changes)."""
+    n, n_dev = graph.n_ops, cluster.n_devices
     rank = upward_rank(graph, cluster)
     timeline = Timeline(graph, cluster)
+    max_need = np.asarray(timeline.max_need)  # [N] bytes
+    group = np.asarray(timeline.group, dtype=np.int64)  # [N] co-location group or -1
+    group_pin = np.full(max(int(group.max(initial=0)) + 1, 1), -1, dtype=np.int64)  # [G] device
+    place = np.full(n, -1, dtype=np.int64)  # [N] device per committed op
+    parent_on = np.zeros((n, n_dev), dtype=bool)  # [N, D] a parent of the op is on the device
+    fits = np.zeros((n, n_dev), dtype=bool)  # [N, D] the memory bound fits, ready ops
+    inputs = np.full((n, n_dev), np.nan)  # [N, D] µs inputs ready, NaN when not cached
+    transfers: dict[tuple[int, int], list] = {}
     waiting = graph.in_degree.copy()
-    ready = set(np.flatnonzero(waiting == 0).tolist())
-    cache: dict[int, dict[int, tuple]] = {v: {} for v in ready}
-    while ready:
-        best = None
-        for v in ready:
-            for d in devices_of(timeline, v):
-                if d not in cache[v]:
-                    cache[v][d] = timeline.probe(v, d)
-                key = (cache[v][d][0], -rank[v], d, v)
-                if best is None or key < best[0]:
-                    best = (key, v, d)
-        _, v, d = best
-        start, transfers = cache.pop(v)[d]
-        timeline.commit(v, d, start, transfers)
-        ready.discard(v)
-        buses = {bus for _, bus, _, _ in transfers}
-        for w in ready:
-            if buses.intersection(timeline.place[u] for u in timeline.parents[w]):
-                cache[w].clear()
-            else:
-                cache[w].pop(d, None)
-        for c in graph.children(v).tolist():
-            waiting[c] -= 1
-            if waiting[c] == 0:
-                ready.add(c)
-                cache[c] = {}
+    is_ready = waiting == 0
+
+    def becomes_ready(ops: list[int]) -> None:
+        for v in ops:
+            parent_on[v, place[timeline.parents[v]]] = True
+            fits[v] = [timeline.fits(v, d) for d in range(n_dev)]
+
+    becomes_ready(np.flatnonzero(is_ready).tolist())
+    while is_ready.any():
+        ops = np.flatnonzero(is_ready)  # [R]
+        allowed = restrict(ops, _timeline_allowed(fits[ops], group, group_pin, ops), place)
+        for row, d in zip(*np.nonzero(allowed & np.isnan(inputs[ops])), strict=True):
+            v = int(ops[row])
+            inputs[v, d], transfers[v, d] = timeline.inputs_ready(v, int(d))
+        start = np.where(allowed, np.maximum(inputs[ops], timeline.device_free), np.inf)
+        tied = start == start.min()
+        top_rank = np.where(tied, rank[ops, None], -np.inf)
+        tied &= top_rank == top_rank.max()
+        d = int(np.flatnonzero(tied.any(axis=0))[0])
+        row = int(np.flatnonzero(tied[:, d])[0])
+        v = int(ops[row])
+        sent = transfers[v, d]
+        timeline.commit(v, d, float(start[row, d]), sent)
+        place[v] = d
+        if group[v] >= 0:
+            group_pin[group[v]] = timeline.pinned[group[v]]
+        is_ready[v] = False
+        ops = np.flatnonzero(is_ready)
+        if sent:
+            stale = ops[parent_on[ops][:, [bus for _, bus, _, _ in sent]].any(axis=1)]
+            inputs[stale] = np.nan
+        room = timeline.capacity[d] - timeline.memory[d]
+        fits[ops, d] = max_need[ops] <= room
+        for w in ops[~fits[ops, d]].tolist():
+            fits[w, d] = timeline.fits(w, d)
+        children = graph.children(v)
+        waiting[children] -= 1
+        new = children[waiting[children] == 0]
+        is_ready[new] = True
+        becomes_ready(new.tolist())
     return timeline.schedule()
+
+
+def _timeline_allowed(
+    fits: np.ndarray, group: np.ndarray, group_pin: np.ndarray, ops: np.ndarray
+) -> np.ndarray:
+    """[R, D] bool, `Timeline.devices` for the ready ops: the co-location group's device when
+    pinned, else the devices whose memory bound fits (every device when none does)."""
+    allowed = np.where(fits.any(axis=1, keepdims=True), fits, True)
+    pin = np.where(group[ops] >= 0, group_pin[np.maximum(group[ops], 0)], -1)
+    rows = np.flatnonzero(pin >= 0)
+    allowed[rows] = False
+    allowed[rows, pin[rows]] = True
+    return allowed
 
 
 def _priority_order(graph: Graph, priority: np.ndarray) -> list[int]:

@@ -101,6 +101,12 @@ class Timeline:
 
     def probe(self, v: int, d: int) -> tuple[float, list[Transfer]]:
         """(start µs, new transfers) if v were scheduled on d now; parents must be placed."""
+        ready, transfers = self.inputs_ready(v, d)
+        return self.device_start(d, ready, self.duration[v][d]), transfers
+
+    def inputs_ready(self, v: int, d: int) -> tuple[float, list[Transfer]]:
+        """(µs when v's last input would be on d, new transfers) if v were scheduled on d now.
+        Changes only when a bus of one of v's parents' devices sends (parents placed)."""
         ready = 0.0
         pending: dict[int, list[int]] = {}
         for u in self.parents[v]:
@@ -122,7 +128,7 @@ class Timeline:
                 free = arrive + self.delta2
                 transfers.append((u, bus, begin, arrive))
                 ready = max(ready, arrive)
-        return self._device_start(d, ready, self.duration[v][d]), transfers
+        return ready, transfers
 
     def finish(self, v: int, d: int, start: float) -> float:
         return start + self.duration[v][d]
@@ -132,7 +138,8 @@ class Timeline:
             return self.arrival.get((u, -1))
         return self.arrival.get((u, d))
 
-    def _device_start(self, d: int, ready: float, duration: float) -> float:
+    def device_start(self, d: int, ready: float, duration: float) -> float:
+        """µs when d can start a job of `duration` µs whose inputs are there at `ready`."""
         if not self.insertion:
             return max(ready, self.device_free[d])
         busy = duration + (self.delta1 if duration > 0 else 0.0)
