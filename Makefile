@@ -16,9 +16,9 @@ $(STAMP): pyproject.toml setup.py src/placeto_jax/sim/native.cc  # the native ke
 
 RUN_DIR ?= runs/make-run
 
-run: install  ## train the hinted construct agent on family:nmt/train (4 devices, CPU preset), place family:nmt/test zero-shot next to the untrained control
-	$(VENV)/bin/placeto-jax train --graphs family:nmt/train --devices 4 --preset construct-hinted --workdir $(RUN_DIR) --no-heuristics
-	$(VENV)/bin/placeto-jax eval --checkpoint $(RUN_DIR) --graphs family:nmt/test --pipeline sampled --control
+run: install  ## train the lookahead construct agent on family:nmt/train (4 devices, CPU preset), place family:nmt/test zero-shot next to the untrained and uniform controls
+	$(VENV)/bin/placeto-jax train --graphs family:nmt/train --devices 4 --preset construct-lookahead --workdir $(RUN_DIR) --no-heuristics
+	$(VENV)/bin/placeto-jax eval --checkpoint $(RUN_DIR) --graphs family:nmt/test --control
 
 test: install  ## the default suite (slow tests excluded)
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
