@@ -608,7 +608,7 @@ def test_self_imitation_keeps_a_graphs_best_placement_only_when_faster():
 @pytest.mark.parametrize(
     "preset, teacher",
     [("construct", "the best heuristic"),
-     ("construct-hinted", "the best heuristic improved by a search pass"),  # make run's
+     ("construct-hinted", "the best heuristic improved by a search pass"),
      ("construct-lookahead", "the best heuristic improved by its lookahead episode")],
 )  # fmt: skip
 def test_train_with_the_construct_preset_from_the_command_line(tmp_path, capsys, preset, teacher):

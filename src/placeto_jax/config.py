@@ -182,6 +182,7 @@ PRESETS["construct-hinted"] = {
 # The hinted agent observing, per device, the exact makespan of the hint completing its episode,
 # and imitating the episode that takes the best of them at every step: 1,000 updates of 4 graphs
 # (on nmt's train split, 300 of 2 left the greedy episode 1.06x its teacher there; findings.md).
+# `make run`'s preset.
 PRESETS["construct-lookahead"] = {
     **PRESETS["construct"],
     "env.construct_hint": "best",
