@@ -27,7 +27,7 @@ from placeto_jax.graphs.io import read_json
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.pipeline import Policy
 from placeto_jax.placers import best_heuristic, run_method, simulations
-from placeto_jax.placers.guided import Units
+from placeto_jax.placers.guided import Units, guided_search
 from placeto_jax.report import format_table
 from placeto_jax.reproduce.construct import train_construct
 from placeto_jax.rl import construct_loop as cl
@@ -74,9 +74,10 @@ def placed_ratio(config, params, name, graph, cluster, args, mode="policy"):
 
 def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
     """Local search from the hinted policy's declared start (the best of `TEACHERS`) with
-    uniformly random proposals (`searched_from`'s pass, cut to the budget) given `evaluations`
-    in all (the start's included), and given at most about `wall_s` seconds (its start's time
-    included; budgets doubled as `searched` does): makespans (µs) and evaluations."""
+    uniformly random proposals (`searched_from`'s passes, as many as the budget holds, the last
+    one cut) given `evaluations` in all (the start's included), and given at most about `wall_s`
+    seconds (its start's time included; budgets doubled as `searched` does): makespans (µs) and
+    evaluations."""
     best_teacher(graph, cluster, jax.random.key(0))  # warm, as the policy's timed call is
     began = time.perf_counter()
     results = best_teacher(graph, cluster, jax.random.key(0))
@@ -84,12 +85,19 @@ def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
     units = Units.of_ops(graph)
 
     def run(budget: int) -> tuple[float, int, float]:
-        cut = Units(units.of_op, units.order[: max(0, min(budget - spent, len(units.order)))])
+        passes, part = divmod(max(0, budget - spent), len(units.order))
+        cut = Units(units.of_op, units.order[:part])  # the last pass: the first `part` units
         began = time.perf_counter()
-        found = searched_from(graph, cluster, results[0], jax.random.key(0), cut)
+        if passes == 0:
+            found = searched_from(graph, cluster, results[0], jax.random.key(0), cut)
+        else:
+            found = searched_from(graph, cluster, results[0], jax.random.key(0), units, passes)
+            if part:
+                proposals = jax.random.randint(jax.random.key(1), (1, part), 0, cluster.n_devices)
+                found = guided_search(graph, cluster, cut, found, np.asarray(proposals))
         return found.makespan, spent + found.evaluations, start_s + time.perf_counter() - began
 
-    same, timed = equal_and_timed(run, evaluations, wall_s, spent + 2 * len(units.order))
+    same, timed = equal_and_timed(run, evaluations, wall_s)
     return {"start-search_same_evals": same[0], "start-search_same_evals_n": same[1],
             "start-search_same_wall": timed[0], "start-search_same_wall_n": timed[1]}  # fmt: skip
 

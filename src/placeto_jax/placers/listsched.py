@@ -19,6 +19,7 @@ fits; when no device fits, every device is a candidate.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 import numpy as np
 import scipy.optimize
@@ -29,6 +30,9 @@ from placeto_jax.graphs.core import Graph
 from placeto_jax.placers.timeline import Schedule, Timeline, downward_rank, upward_rank
 
 ROUNDING_MARGIN = 1e-6  # SCT rounds x_ij < 0.5 - margin to 0 (a favourite child)
+# ETF's device rule: (ready ops [R], devices the timeline allows them [R, D] bool, device of
+# each committed op [N] (-1 for none)) -> the devices each may take [R, D] bool
+Restrict = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 def heft(graph: Graph, cluster: Cluster) -> Schedule:
@@ -130,13 +134,13 @@ def _any_allowed(ops: np.ndarray, allowed: np.ndarray, place: np.ndarray) -> np.
     return allowed
 
 
-def _etf(graph: Graph, cluster: Cluster, restrict) -> Schedule:
+def _etf(graph: Graph, cluster: Cluster, restrict: Restrict) -> Schedule:
     """ETF: commit the ready (op, device) pair with the smallest (start, -rank, device, op).
 
-    `restrict(ops [R], allowed [R, D] bool, place [N]) -> [R, D] bool` narrows the devices the
-    timeline allows the ready ops. A pair starts at max(inputs ready, device free): the first
-    part is cached per ready op and device and dropped when a bus of one of the op's parents'
-    devices sends; the second is read fresh. The memory bound is kept per ready op and device
+    `restrict` narrows the devices the timeline allows the ready ops. A pair starts at
+    max(inputs ready, device free) (ETF does not insert into idle gaps): the first part is cached
+    per ready op and device and dropped when a bus of one of the op's parents' devices sends;
+    the second is read fresh. The memory bound is kept per ready op and device
     and updated for the committed device only (the only one whose charge changes)."""
     n, n_dev = graph.n_ops, cluster.n_devices
     rank = upward_rank(graph, cluster)

@@ -102,7 +102,7 @@ class Timeline:
     def probe(self, v: int, d: int) -> tuple[float, list[Transfer]]:
         """(start µs, new transfers) if v were scheduled on d now; parents must be placed."""
         ready, transfers = self.inputs_ready(v, d)
-        return self.device_start(d, ready, self.duration[v][d]), transfers
+        return self._device_start(d, ready, self.duration[v][d]), transfers
 
     def inputs_ready(self, v: int, d: int) -> tuple[float, list[Transfer]]:
         """(µs when v's last input would be on d, new transfers) if v were scheduled on d now.
@@ -138,7 +138,7 @@ class Timeline:
             return self.arrival.get((u, -1))
         return self.arrival.get((u, d))
 
-    def device_start(self, d: int, ready: float, duration: float) -> float:
+    def _device_start(self, d: int, ready: float, duration: float) -> float:
         """µs when d can start a job of `duration` µs whose inputs are there at `ready`."""
         if not self.insertion:
             return max(ready, self.device_free[d])
