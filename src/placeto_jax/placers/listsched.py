@@ -181,7 +181,7 @@ def _etf(graph: Graph, cluster: Cluster, restrict: Restrict) -> Schedule:
         if group[v] >= 0:
             group_pin[group[v]] = timeline.pinned[group[v]]
         is_ready[v] = False
-        ops = np.flatnonzero(is_ready)
+        ops = np.delete(ops, row)  # the ready ops left, still in index order
         if sent:
             stale = ops[parent_on[ops][:, [bus for _, bus, _, _ in sent]].any(axis=1)]
             inputs[stale] = np.nan
