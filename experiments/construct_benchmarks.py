@@ -1,12 +1,12 @@
 """The construct agent on the benchmark folder's operator graphs: one policy trained on the
 families' train splits places every operator graph zero-shot, each on its file's own
-accelerators, through the place pipeline (`sampled`: greedy + 16 sampled episodes), next to the
-same pipeline with the untrained policy and with uniformly random episodes, and the best fast
-heuristic on the same graph (`--graphs`: named graphs instead, on `--devices` placeto-k80s;
-`zoo-ops:MODEL` is a zoo model's op graph, ungrouped; `--level LayerGraphs`: the folder's
-layer graphs). `--per-graph` adds a policy trained on
-each graph alone (imitation of its best teacher, then self-imitation, no hint reservation),
-placed the same way.
+accelerators, with its own episodes (`config.own_pipeline`: greedy + 16 sampled episodes, or
+with the lookahead, the greedy one), next to the same pipeline with the untrained policy and
+with uniformly random episodes, and the best fast heuristic on the same graph (`--graphs`:
+named graphs instead, on `--devices` placeto-k80s; `zoo-ops:MODEL` is a zoo model's op graph,
+ungrouped; `--level LayerGraphs`: the folder's layer graphs). `--per-graph` adds a policy
+trained on each graph alone (imitation of its best teacher, then self-imitation, no hint
+reservation), placed the same way.
 Ratios are of makespans penalised for memory overflow (`sim.ranking.penalised_makespan`): a
 placement that does not fit loses to one that does.
 
@@ -27,7 +27,7 @@ import jax
 from bench_wide import graph_of
 from placeto_jax.cli.options import cluster_of_args
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import PIPELINES, make_config, to_dict
+from placeto_jax.config import make_config, own_pipeline, to_dict
 from placeto_jax.files import write_result
 from placeto_jax.graphs.families import SPLITS
 from placeto_jax.graphs.registry import resolve_graph
@@ -108,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", default="placeto-k80", help="preset or file for --graphs")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    pipeline = PIPELINES["sampled"]
     cluster = cluster_of_args(args.cluster, args.devices, "--graphs", default=4)
     cases = named_cases(args.graphs, cluster) if args.graphs else [
         c for c in benchmark_cases(args.data, kinds=(args.level,))
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         policy = family
 
         def placed(p: Policy, named=named, cluster=cluster, heuristics=heuristics):
-            (done,) = place_many(named, cluster, pipeline, p, key, compare=False,
+            (done,) = place_many(named, cluster, own_pipeline(p.config), p, key, compare=False,
                                  heuristics=heuristics)  # fmt: skip
             return done
 
@@ -163,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     print("geomean", {k: round(v, 4) for k, v in geo.items()}, f"train {train_s:.0f}s")
     if args.out:
         doc = {"families": args.families, "config": to_dict(family.config),
-               "pipeline": pipeline_json(pipeline), "train_s": train_s, "rows": rows,
-               "geomean": geo}  # fmt: skip
+               "pipeline": pipeline_json(own_pipeline(family.config)), "train_s": train_s,
+               "rows": rows, "geomean": geo}  # fmt: skip
         write_result(args.out, doc, sys.argv)
     return 0
 

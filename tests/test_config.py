@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from placeto_jax.config import Config, from_dict, make_config, to_dict
+from placeto_jax.config import PIPELINES, Config, from_dict, make_config, own_pipeline, to_dict
 
 
 def test_preset_then_overrides():
@@ -46,3 +46,12 @@ def test_overrides_apply_together_whatever_their_order():
     assert late == early and (late.train.teacher, late.train.teacher_passes) == ("searched", 3)
     with pytest.raises(ValueError, match=r"train\.teacher_passes is for"):
         make_config("construct", ["train.teacher_passes=3"])  # the best heuristic: no passes
+
+
+def test_a_construct_policy_alone_samples_unless_it_looks_ahead():
+    lookahead = own_pipeline(make_config("construct-lookahead", n_devices=4))
+    assert lookahead == PIPELINES["policy"] and lookahead.samples == 0
+    sampled = own_pipeline(make_config("construct", n_devices=4))
+    assert sampled == PIPELINES["sampled"] and sampled.samples == 16
+    assert sampled.source == lookahead.source == "policy"  # no search, no heuristic
+    assert not sampled.search_ops and not lookahead.search_ops

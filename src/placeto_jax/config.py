@@ -586,6 +586,13 @@ PIPELINES: dict[str, Pipeline] = {
 }
 
 
+def own_pipeline(config: Config) -> Pipeline:
+    """The pipeline that places with a construct policy of `config` alone: its greedy episode
+    and 16 sampled ones (`sampled`), or with the lookahead, whose episode simulates thousands
+    of placements, the greedy episode (`policy`)."""
+    return PIPELINES["policy" if config.env.construct_lookahead else "sampled"]
+
+
 def make_pipeline(name: str | None = None, overrides: list[str] = ()) -> Pipeline:
     """The named pipeline (`PIPELINES`; None: "policy") with `pipeline.FIELD=VALUE` overrides
     (CLI `--set`); ValueError naming an unknown name, key or a bad value."""

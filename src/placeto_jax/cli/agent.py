@@ -47,6 +47,7 @@ from placeto_jax.config import (
     check_unique,
     make_config,
     make_pipeline,
+    own_pipeline,
 )
 from placeto_jax.graphs.core import Graph
 from placeto_jax.graphs.placements import save_placement
@@ -292,8 +293,7 @@ def _train_construct(args: argparse.Namespace, config, graphs, workdir: str, clu
     taught = config_teachers(config, named, cluster)
     state = construct_loop.train_in(config, named, cluster, workdir, taught, not args.no_progress)
     policy = Policy(config, state.params, target=cluster)
-    pipeline = PIPELINES["policy" if config.env.construct_lookahead else "sampled"]
-    own = place_many(named, cluster, pipeline, policy,
+    own = place_many(named, cluster, own_pipeline(config), policy,
                      jax.random.key(args.seed), compare=not args.no_heuristics,
                      progress=not args.no_progress)  # fmt: skip
     print(train_text(config, own, own, workdir))

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import jax
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import PIPELINES, Config, make_config
+from placeto_jax.config import Config, make_config, own_pipeline
 from placeto_jax.graphs.core import Graph
 from placeto_jax.pipeline import Placed, Policy, place_many
 from placeto_jax.rl.construct_loop import lookahead_evaluations, train_in
@@ -71,8 +71,9 @@ def train_construct(
 def place_construct(
     policy: Policy, name: str, graph: Graph, cluster: Cluster, key: jax.Array
 ) -> Placed:
-    """`graph` placed by `policy` through the `sampled` pipeline (greedy + 16 samples)."""
-    (placed,) = place_many([(name, graph)], cluster, PIPELINES["sampled"], policy, key,
+    """`graph` placed by `policy` alone (`config.own_pipeline`: greedy + 16 samples, or with
+    the lookahead, greedy)."""
+    (placed,) = place_many([(name, graph)], cluster, own_pipeline(policy.config), policy, key,
                            compare=False)  # fmt: skip
     return placed
 
@@ -81,7 +82,7 @@ def per_graph_construct(
     config: Config, name: str, graph: Graph, cluster: Cluster, key: jax.Array
 ) -> tuple[Placed, int, float]:
     """A construct policy of `config` trained on `graph` alone (in a temporary workdir, so
-    always from scratch) and placed by the `sampled` pipeline: (its placement, the simulations
+    always from scratch) and placed by `place_construct`: (its placement, the simulations
     of training and placing, their wall seconds)."""
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="construct-") as workdir:

@@ -33,7 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from placeto_jax.cluster import Cluster
-from placeto_jax.config import PIPELINES, Config, apply, make_config, to_dict
+from placeto_jax.config import Config, apply, make_config, own_pipeline, to_dict
 from placeto_jax.env.bank import PlacementGraph, build_bank
 from placeto_jax.pipeline import Policy, place_many
 from placeto_jax.plotting import draw_sweep_curves
@@ -318,7 +318,7 @@ def construct_point(
 def construct_run(config: Config, named: list[tuple[str, Any]], cluster: Cluster) -> tuple:
     """One construct run of `config` (in a temporary workdir) as `Runs` fields without the seed
     axis: its parameters, imitation loss per update, its own placements' makespans (the
-    `sampled` pipeline, key `config.seed`), its teachers', the single device's, and every
+    `config.own_pipeline`, key `config.seed`), its teachers', the single device's, and every
     simulation of its teachers, training and placing."""
     taught = config_teachers(config, named, cluster)
     with tempfile.TemporaryDirectory(prefix="sweep-construct-") as workdir:
@@ -326,7 +326,7 @@ def construct_run(config: Config, named: list[tuple[str, Any]], cluster: Cluster
         with open(Path(workdir) / "metrics.jsonl", encoding="utf-8") as lines:
             curve = [json.loads(line)[SCORES["construct"][0]] for line in lines]
     policy = Policy(config, state.params, target=cluster)
-    placed = place_many(named, cluster, PIPELINES["sampled"], policy, jax.random.key(config.seed),
+    placed = place_many(named, cluster, own_pipeline(config), policy, jax.random.key(config.seed),
                         compare=False)  # fmt: skip
     spent = sum(t.evaluations for t in taught) + sum(p.evaluations for p in placed)
     spent += construct.training_simulations(config, len(named))
