@@ -25,6 +25,7 @@ from pathlib import Path
 import jax
 
 from bench_wide import graph_of
+from construct_zero_shot import placed_ratio
 from placeto_jax.cli.options import cluster_of_args
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import make_config, own_pipeline, to_dict
@@ -39,7 +40,7 @@ from placeto_jax.reproduce.construct import train_construct
 from placeto_jax.sim.ranking import penalised_makespan
 
 ROOT = Path(__file__).resolve().parents[1]
-LABELS = ("policy", "per_graph", "untrained", "uniform")
+LABELS = ("policy", "per_graph", "untrained", "uniform", "lookahead_rule")
 
 
 def family_policy(args) -> Policy:
@@ -76,6 +77,14 @@ def per_graph_policy(args, name: str, graph, cluster: Cluster) -> tuple[Policy, 
     with tempfile.TemporaryDirectory(prefix="construct-graph-") as workdir:
         policy, _ = train_construct(config, [(name, graph)], cluster, workdir)
     return policy, time.perf_counter() - began
+
+
+def lookahead_rule(policy: Policy, name: str, graph, cluster: Cluster) -> float:
+    """µs: the penalised makespan of the lookahead episode that follows the rule alone
+    (`construct_zero_shot.placed_ratio` mode "lookahead"), from the hint the policy observes."""
+    rule = argparse.Namespace(samples=0, temperature=1.0)
+    untrained_params = untrained(policy).params
+    return placed_ratio(policy.config, untrained_params, name, graph, cluster, rule, "lookahead")[0]
 
 
 def score(placed, cluster: Cluster) -> float:
@@ -141,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                "untrained_ratio": score(controls[0], cluster) / ref,
                "uniform_ratio": score(controls[1], cluster) / ref,
                "evaluations": mine.evaluations, "place_s": mine.wall_s}  # fmt: skip
+        if policy.config.env.construct_lookahead:  # the rule its teacher follows, no network
+            row["lookahead_rule_ratio"] = lookahead_rule(policy, name, graph, cluster) / ref
         if args.per_graph:
             own, seconds = per_graph_policy(args, name, graph, cluster)
             done = placed(own)
