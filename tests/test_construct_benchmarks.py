@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jax
 import pytest
 
 from conftest import experiment
 from placeto_jax.cluster import Cluster
 from placeto_jax.config import make_config
 from placeto_jax.graphs.core import Graph
+from placeto_jax.graphs.registry import resolve_graph
+from placeto_jax.reproduce.construct import train_construct
 from placeto_jax.rl import construct_loop as loop
-from placeto_jax.stages.teachers import teachers
+from placeto_jax.stages.teachers import best_teacher, teachers
 
 
 def _operator_file(path: Path) -> None:
@@ -70,3 +73,27 @@ def test_named_graphs_are_placed_on_the_devices_asked_for(tmp_path, monkeypatch)
         ("example:diamond", 4, 3), ("layered:12", 12, 3)
     ]  # fmt: skip
     assert all(r["policy_ratio"] == r["untrained_ratio"] for r in rows)  # the same weights
+
+
+@pytest.mark.slow
+def test_a_lookahead_policy_is_shown_beside_its_rule_which_never_loses_to_its_hint(
+    tmp_path, monkeypatch
+):
+    module = experiment("construct_benchmarks", monkeypatch)
+    config = make_config("construct-lookahead", ["train.imitation=1"], n_devices=3)
+    cluster = Cluster.preset("placeto-k80", 3)
+    named = [("layered:12", resolve_graph("layered:12"))]
+    train_construct(config, named, cluster, tmp_path / "run")
+    out = tmp_path / "out.json"
+    argv = ["--graphs", "layered:12,example:diamond", "--devices", "3", "--checkpoint",
+            str(tmp_path / "run"), "--out", str(out)]  # fmt: skip
+    assert module.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["pipeline"]["samples"] == 0  # the greedy lookahead episode alone
+    for row in doc["rows"]:
+        graph = resolve_graph(row["graph"])
+        hint = best_teacher(graph, cluster, jax.random.key(0))[0]
+        assert row["heuristic_fits"] and hint.fits_memory
+        rule_us = row["lookahead_rule_ratio"] * row["heuristic_ms"] * 1e3
+        assert rule_us <= hint.makespan * (1 + 1e-6)  # moves only to strictly better devices
+    assert "lookahead_rule" in doc["geomean"]
