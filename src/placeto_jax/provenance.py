@@ -64,11 +64,13 @@ def process_start() -> float | None:
 
 def commit_at_start() -> str | None:
     """The newest commit of HEAD's history made before this process started: the code a long
-    run measured when commits landed while it ran; None when unknown."""
+    run measured when commits landed while it ran; None when unknown. The start is known to
+    within a second (the boot time is whole seconds), so a commit of the second after it counts
+    as before: a run launched right after a commit measured that commit."""
     root, started = repository(), process_start()
     if root is None or started is None:
         return None
-    return git("rev-list", "-1", f"--before=@{int(started)}", "HEAD", cwd=root) or None
+    return git("rev-list", "-1", f"--before=@{int(started) + 1}", "HEAD", cwd=root) or None
 
 
 def versions(libraries: Sequence[str] = LIBRARIES) -> dict[str, str | None]:
