@@ -81,10 +81,10 @@ def per_graph_policy(args, name: str, graph, cluster: Cluster) -> tuple[Policy, 
 
 def lookahead_rule(policy: Policy, name: str, graph, cluster: Cluster) -> float:
     """µs: the penalised makespan of the lookahead episode that follows the rule alone
-    (`construct_zero_shot.placed_ratio` mode "lookahead"), from the hint the policy observes."""
+    (`construct_zero_shot.placed_ratio` mode "lookahead", which reads no weights), from the
+    hint the policy observes."""
     rule = argparse.Namespace(samples=0, temperature=1.0)
-    untrained_params = untrained(policy).params
-    return placed_ratio(policy.config, untrained_params, name, graph, cluster, rule, "lookahead")[0]
+    return placed_ratio(policy.config, policy.params, name, graph, cluster, rule, "lookahead")[0]
 
 
 def score(placed, cluster: Cluster) -> float:
