@@ -729,11 +729,12 @@ def test_a_lookahead_episode_counts_a_simulation_per_other_device_and_decision(t
     config = make_config("construct-lookahead", ["policy.width=8", "policy.rounds=1",
                                                  "train.imitation=2"], n_devices=2)  # fmt: skip
     assert loop.lookahead_evaluations(graph, 2) == 4
-    assert construct_runs.lookahead_simulations(config, [graph, graph], 2) == 2 * 4  # teacher
+    # the teacher's episode and one scoring it, per graph
+    assert construct_runs.lookahead_simulations(config, [graph, graph], 2) == 2 * (4 + 1)
     assert (
         construct_runs.lookahead_simulations(apply(config, {"run.eval_every": 1}), [graph], 2)
-        == (1 + 2) * 4
-    )  # and 2 evaluations
+        == (1 + 2) * 4 + 1
+    )  # and 2 evaluations (their scorings are counted apart, `training_simulations`)
     taught = teachers(named, CLUSTER, config.seed, "lookahead")
     run = loop.Run.make(config, named, CLUSTER, taught)
     built = run.bank.built[0]

@@ -421,6 +421,7 @@ def test_generalization_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
         family_training=TINY_PLACETO,
         per_graph_iterations=2,
         baselines=("single", "heft"),
+        construct_preset="construct",
         construct_training=TINY_CONSTRUCT,
         construct_per_graph=TINY_CONSTRUCT,
     )

@@ -72,7 +72,11 @@ def test_teachers_carry_the_simulations_that_chose_them():
     assert spent == sum(_teacher_simulations(g, cluster) for _, g in named)
 
 
-def test_generalization_adds_the_construct_agents_columns(tmp_path, monkeypatch):
+def _generalization_on_layered(tmp_path, monkeypatch, **construct) -> tuple:
+    """`reproduce generalization` on 2 devices, cifar10's graphs stood in by `layered:12`
+    graphs (2 train, 2 test), Placeto's columns by the single device, the construct agent's
+    settings `construct`: (its settings, its tables' rows, the recorded placements and
+    training scorings (`_recording`), its output folder)."""
     small = {f"family:cifar10/{i}": f"layered:12:{k}" for k, i in enumerate((0, 1, 24, 25))}
     monkeypatch.setattr(generalization, "load", lambda name: resolve_graph(small[name]))
 
@@ -91,16 +95,25 @@ def test_generalization_adds_the_construct_agents_columns(tmp_path, monkeypatch)
         train_graphs=2,
         test_graphs=2,
         baselines=("single", "heft"),
-        construct_training=("train.imitation=0", "train.iterations=0"),  # the untrained policy
-        construct_per_graph=TINY_CONSTRUCT,
+        **construct,
     )
     monkeypatch.setitem(generalization.PRESETS, "quick", settings)
     placed, simulated = _recording(monkeypatch)
     generalization.run_generalization(tmp_path, "quick", progress=False)
     out = tmp_path / "generalization"
-    rows = json.loads((out / "makespan.json").read_text())
-    evals = json.loads((out / "evaluations.json").read_text())
-    relative = json.loads((out / "relative.json").read_text())
+    tables = [json.loads((out / f"{t}.json").read_text())
+              for t in ("makespan", "evaluations", "relative")]  # fmt: skip
+    return settings, *tables, placed, simulated, out
+
+
+def test_generalization_adds_the_construct_agents_columns(tmp_path, monkeypatch):
+    settings, rows, evals, relative, placed, simulated, out = _generalization_on_layered(
+        tmp_path,
+        monkeypatch,
+        construct_preset="construct",
+        construct_training=("train.imitation=0", "train.iterations=0"),  # the untrained policy
+        construct_per_graph=TINY_CONSTRUCT,
+    )
     cluster = Cluster.preset(settings.cluster, 2)
     assert [r["graph"] for r in rows] == ["family:cifar10/24", "family:cifar10/25"]
     assert len(placed) == 8  # per test graph: the family policy, its 2 controls, then its own
@@ -127,6 +140,41 @@ def test_generalization_adds_the_construct_agents_columns(tmp_path, monkeypatch)
     assert sum(simulated) == 2 * TINY_TRAINING_SIMULATIONS  # the untrained family policy: none
     assert (out / "runs" / "cifar10-construct-d2-quick" / "run.json").is_file()
     assert (out / "cdf.png").is_file()
+
+
+def test_generalization_places_the_lookahead_preset_with_its_greedy_episode(tmp_path, monkeypatch):
+    """The default construct columns: the lookahead preset, one greedy episode, its lookahead's
+    simulations counted: on 12 ops without co-location on 2 devices, one a decision and the
+    hint's own once, 12 + 1."""
+    settings, rows, evals, _, placed, simulated, out = _generalization_on_layered(
+        tmp_path, monkeypatch, construct_training=("train.imitation=2",),
+        construct_per_graph=("train.imitation=2",),
+    )  # fmt: skip
+    assert settings.construct_preset == "construct-lookahead"
+    cluster = Cluster.preset(settings.cluster, 2)
+    assert len(placed) == 8  # per test graph: the family policy, its 2 controls, then its own
+    for k, (row, ev) in enumerate(zip(rows, evals, strict=True)):
+        (family, name, graph, zero), cold, chance, (_, _, _, own) = placed[4 * k : 4 * k + 4]
+        assert name == row["graph"] and not cold[0].uniform and chance[0].uniform
+        assert family.config.env.construct_lookahead and graph.colocation is None
+        assert graph.n_ops == 12
+        hint = _teacher_simulations(graph, cluster)  # the heuristics that make the hint
+        looked = 12 + 1
+        assert ev["construct zero-shot"] == ev["construct untrained"] == hint + 1 + looked
+        assert ev["construct uniform"] == hint + 1  # a uniform episode reads no lookahead
+        # trained on the graph alone: its teacher (the hint, the lookahead's episode and one
+        # scoring it), then its own greedy episode
+        assert ev["construct per-graph"] == (hint + looked + 1) + (hint + 1 + looked)
+        columns = {"construct zero-shot": zero, "construct untrained": cold[3],
+                   "construct uniform": chance[3], "construct per-graph": own}  # fmt: skip
+        for column, p in columns.items():
+            assert row[column] == pytest.approx(_exact_ms(graph, cluster, p))
+            assert p.result.episodes == 1
+    # the lookahead teacher's scorings: the family's 2 train graphs, then each test graph's own;
+    # imitation scores nothing
+    assert simulated == [2, 1, 1]
+    header = json.loads((out / "header.json").read_text())
+    assert header["config"]["construct_config"]["env"]["construct_lookahead"]
 
 
 def test_table1_adds_the_construct_agent(tmp_path, monkeypatch):

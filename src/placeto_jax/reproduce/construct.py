@@ -1,6 +1,6 @@
 """The construct agent in the paper's experiments: its config, a run on some op graphs with
-the simulations it spends, and its placements through the `sampled` pipeline (generalization,
-table1 and efficiency share them)."""
+the simulations it spends, and its placements through its own pipeline (`config.own_pipeline`;
+generalization, table1 and efficiency share them)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,12 @@ from placeto_jax.rl.construct_loop import lookahead_evaluations, train_in
 from placeto_jax.stages.teachers import config_teachers
 
 
-def construct_config(overrides: Sequence[str], devices: int, cluster: str, seed: int) -> Config:
-    """The construct preset with `overrides`, on `devices` devices of cluster preset `cluster`."""
-    return make_config("construct", list(overrides), n_devices=devices, cluster_preset=cluster,
+def construct_config(
+    overrides: Sequence[str], devices: int, cluster: str, seed: int, preset: str = "construct"
+) -> Config:
+    """Construct preset `preset` with `overrides`, on `devices` devices of cluster preset
+    `cluster`."""
+    return make_config(preset, list(overrides), n_devices=devices, cluster_preset=cluster,
                        seed=seed)  # fmt: skip
 
 
@@ -35,13 +38,14 @@ def training_simulations(config: Config, n_graphs: int) -> int:
 
 
 def lookahead_simulations(config: Config, graphs: list[Graph], n_devices: int) -> int:
-    """Simulations the lookahead of a construct run of `config` on `graphs` runs: one episode
-    per graph for the lookahead teacher and at each greedy evaluation
-    (`construct_loop.lookahead_evaluations`); 0 without it."""
+    """Simulations the lookahead of a construct run of `config` on `graphs` adds: one episode
+    per graph for the lookahead teacher, and one scoring it (`construct_loop.Run.make`), and at
+    each greedy evaluation (`construct_loop.lookahead_evaluations`); 0 without it."""
     if not config.env.construct_lookahead:
         return 0
-    episodes = int(config.train.teacher == "lookahead") + _evaluations(config)
-    return episodes * sum(lookahead_evaluations(g, n_devices) for g in graphs)
+    teacher = int(config.train.teacher == "lookahead")
+    looked = sum(lookahead_evaluations(g, n_devices) for g in graphs)
+    return (teacher + _evaluations(config)) * looked + teacher * len(graphs)
 
 
 def _evaluations(config: Config) -> int:

@@ -2,9 +2,9 @@
 split, then, on every test graph, the policy zero-shot, Placeto trained on that graph from
 scratch, Placeto fine-tuned from the family policy, and the baselines; and the construct agent
 (`rl/construct_loop.py`) trained on the same train graphs, zero-shot, and trained on that test
-graph alone, both placed by the `sampled` pipeline. Each zero-shot column has its controls: the
-same placing with the family run's untrained weights, and for the construct agent with
-uniformly random episodes.
+graph alone, both placed by their own pipeline (`config.own_pipeline`: with the lookahead
+preset, the greedy episode). Each zero-shot column has its controls: the same placing with the
+family run's untrained weights, and for the construct agent with uniformly random episodes.
 """
 
 from __future__ import annotations
@@ -54,10 +54,11 @@ class Settings:
     per_graph_iterations: int  # updates of the from-scratch and fine-tuning runs
     baselines: tuple[str, ...]
     search_budget: int  # simulator evaluations of the search baselines
-    # config overrides (construct preset) of the family construct policy, and of the construct
-    # policy trained on each test graph alone
+    # config overrides (of `construct_preset`) of the family construct policy, and of the
+    # construct policy trained on each test graph alone
     construct_training: tuple[str, ...] = ()
-    construct_per_graph: tuple[str, ...] = ("train.imitation=100", "train.iterations=30")
+    construct_per_graph: tuple[str, ...] = ("train.imitation=100",)
+    construct_preset: str = "construct-lookahead"  # `make run`'s
     cluster: str = "placeto-k80"
     seed: int = 0
 
@@ -72,8 +73,7 @@ PRESETS = {
         per_graph_iterations=10,
         baselines=("single", "random", "metis", "heft", "m-etf"),
         search_budget=256,
-        construct_training=("train.imitation=300", "train.iterations=0"),
-        construct_per_graph=("train.imitation=100", "train.iterations=30"),
+        construct_per_graph=("train.imitation=100",),
     ),
     "full": Settings(
         families=("cifar10", "ptb", "nmt"),
@@ -98,8 +98,7 @@ PRESETS = {
             "cross-entropy",
         ),
         search_budget=4096,
-        construct_training=("train.imitation=300", "train.iterations=100"),
-        construct_per_graph=("train.imitation=300", "train.iterations=200"),
+        construct_per_graph=("train.imitation=300",),
     ),
 }
 
@@ -221,8 +220,10 @@ def _construct(
 
 
 def _construct_config(settings: Settings, overrides: Sequence[str]) -> Config:
-    """`construct_config` on the preset's devices, cluster and seed."""
-    return construct_config(overrides, settings.devices, settings.cluster, settings.seed)
+    """`construct_config` of `settings.construct_preset` on the preset's devices, cluster and
+    seed."""
+    return construct_config(overrides, settings.devices, settings.cluster, settings.seed,
+                            settings.construct_preset)  # fmt: skip
 
 
 def _baselines(settings: Settings, graph: Graph, cluster: Cluster, key: jax.Array) -> Columns:
@@ -269,15 +270,16 @@ def relative_to_best_baseline(rows: list[dict], baselines: tuple[str, ...]) -> l
 def _write(
     recorder: Recorder, settings: Settings, rows: list[dict], evaluations: list[dict]
 ) -> None:
+    placing, counted = _construct_notes(_construct_config(settings, settings.construct_training))
     recorder.table(
         "makespan",
         "Makespan (ms) per test graph",
         rows,
         note=f"{settings.devices} devices of `{settings.cluster}`; Placeto columns are the "
         "exact op-graph makespans of the best placement found (zero-shot: one greedy episode); "
-        "construct columns of the best of the `sampled` pipeline's 17 episodes (greedy + 16 "
-        "sampled at T = 0.6), each simulated exactly. Controls, placed the same way: `untrained`, "
-        "the family run's initial weights; `construct uniform`, 17 uniformly random episodes.",
+        f"construct columns ({settings.construct_preset}) of {placing}, each simulated exactly. "
+        "Controls, placed the same way: `untrained`, the family run's initial weights; "
+        "`construct uniform`, uniformly random episodes (as many).",
     )
     recorder.table(
         "evaluations",
@@ -285,11 +287,11 @@ def _write(
         evaluations,
         note=f"{EVALUATIONS} Zero-shot and fine-tuned do not count the family policy's "
         "training (shared by the family's graphs); fine-tuned starts from the zero-shot "
-        "placement. Construct zero-shot and its controls: 17 episodes, each simulated once "
-        "(not the family construct policy's training). Construct per-graph: its training's "
-        "exact simulations (the 5 teacher heuristics' own and one scoring each, every "
-        "self-imitation episode, each greedy evaluation) and the 17 episodes; its imitation "
-        "updates and its episodes' list-schedule observations simulate nothing.",
+        f"placement. Construct zero-shot and its controls: {counted} (not the family construct "
+        "policy's training). Construct per-graph: its training's exact simulations (the 5 "
+        "teacher heuristics' own and one scoring each, every self-imitation episode, each "
+        "greedy evaluation, the lookahead's) and its placing's; its imitation updates and its "
+        "episodes' list-schedule observations simulate nothing.",
     )
     relative = relative_to_best_baseline(rows, settings.baselines)
     recorder.table(
@@ -302,6 +304,23 @@ def _write(
         "cdf",
         "CDF of makespan relative to the best baseline",
         lambda fig: draw_relative_cdf(fig, relative, settings.families, _shown(settings)),
+    )
+
+
+def _construct_notes(config: Config) -> tuple[str, str]:
+    """What the construct columns place with `config` (its own pipeline) and the simulations
+    they count, in words."""
+    if config.env.construct_lookahead:
+        return (
+            "the greedy episode, which observes each decision's lookahead (the class on every "
+            "device, the best heuristic completing the rest)",
+            "the 5 heuristics that make the hint (their own simulations and one scoring each), "
+            "the lookahead's D - 1 simulations a decision (none for uniform episodes) and one "
+            "scoring the episode",
+        )
+    return (
+        "the best of the `sampled` pipeline's 17 episodes (greedy + 16 sampled at T = 0.6)",
+        "17 episodes, each simulated once",
     )
 
 
