@@ -39,7 +39,7 @@ def add_reproduce_command(commands) -> None:
         dest="preset",
         action="store_const",
         const="quick",
-        help="CPU-sized budgets (the default): every experiment in about 30 minutes on 2 cores",
+        help="CPU-sized budgets (the default), for a 2-core machine",
     )
     size.add_argument(
         "--full",
