@@ -207,11 +207,22 @@ def test_variants_on_a_wide_graph_and_any_thread_count(monkeypatch):
     rows = np.repeat(base[None], 3, axis=0)
     rows[:, 150] = [d for d in range(4) if d != base[150]]
     want = pj.simulate(graph, cluster, rows, loop="native")
+    monkeypatch.setattr(native, "VARIANT_OPS_PER_THREAD", 1)  # split even these few ops
     for count in ("1", "2"):
         monkeypatch.setenv("PLACETO_JAX_NATIVE_THREADS", count)
         makespan, peak = _variants(graph, cluster, base, rows)
         np.testing.assert_array_equal(makespan, want.makespan)
         np.testing.assert_array_equal(peak, want.peak_memory)
+
+
+def test_variants_split_over_threads_only_when_each_gets_enough_ops(monkeypatch):
+    monkeypatch.setenv("PLACETO_JAX_NATIVE_THREADS", "2")
+    per_thread = native.VARIANT_OPS_PER_THREAD
+    assert native.variant_threads(3, per_thread // 3) == 1  # one thread's worth in all
+    assert native.variant_threads(3, 2 * per_thread // 3) == 2
+    assert native.variant_threads(30, per_thread) == 2  # never more than threads()
+    monkeypatch.setenv("PLACETO_JAX_NATIVE_THREADS", "1")
+    assert native.variant_threads(30, per_thread) == 1
 
 
 @needs_kernel

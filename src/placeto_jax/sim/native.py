@@ -21,6 +21,9 @@ import numpy as np
 LIBRARY = "placeto_jax.sim._native"  # the compiled `native.cc`; not a Python module
 _KERNELS = ("Simulate", "Variants")  # `native.cc`'s handlers, each for float32 and float64
 _DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}
+VARIANT_OPS_PER_THREAD = 6144  # `simulate_variants` splits its rows over threads only when each
+# gets at least this many padded ops (rows x Np): a lookahead decision's 3 rows on 2 threads were
+# 30-35% slower than on 1 at 441-813 ops, even at 3,706 and 12% faster at 5,050 (findings.md)
 
 
 def _target(kernel: str, dtype) -> str:
@@ -113,8 +116,15 @@ def simulate_variants(
         (jax.ShapeDtypeStruct((n_rows,), dtype), jax.ShapeDtypeStruct((n_rows, n_dev), dtype)),
         vmap_method="broadcast_all",
     )
+    split = variant_threads(n_rows, placements.shape[-1])
     return call(*_graph_args(graph, cluster), base, placements, broadcast=bool(broadcast),
-                threads=np.int32(threads()))  # fmt: skip
+                threads=np.int32(split))  # fmt: skip
+
+
+def variant_threads(n_rows: int, n_pad: int) -> int:
+    """Threads `simulate_variants` splits `n_rows` rows of `n_pad` ops over: `threads()`, but
+    none with fewer than `VARIANT_OPS_PER_THREAD` padded ops."""
+    return max(1, min(threads(), n_rows * n_pad // VARIANT_OPS_PER_THREAD))
 
 
 def _graph_args(graph, cluster) -> tuple:
