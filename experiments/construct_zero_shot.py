@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 import time
+from functools import partial
 
 import jax
 import numpy as np
@@ -34,6 +35,7 @@ from placeto_jax.rl import construct_loop as cl
 from placeto_jax.stages.teachers import best_teacher, searched_from
 
 CACHE = os.environ.get("HEURISTIC_CACHE", "/tmp/best_heuristic_cache.json")
+WARM_CALLS = 3  # each side's time is the median of this many warm calls: one slow call is noise
 
 
 def cached_best(name: str, graph, cluster: Cluster) -> dict:
@@ -78,10 +80,9 @@ def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
     one cut) given `evaluations` in all (the start's included), and given at most about `wall_s`
     seconds (its start's time included; budgets doubled as `searched` does): makespans (µs) and
     evaluations."""
-    best_teacher(graph, cluster, jax.random.key(0))  # warm, as the policy's timed call is
-    began = time.perf_counter()
-    results = best_teacher(graph, cluster, jax.random.key(0))
-    start_s, spent = time.perf_counter() - began, simulations(results)
+    best_teacher(graph, cluster, jax.random.key(0))  # warm, as the policy's timed calls are
+    results, start_s = warm_median(lambda: best_teacher(graph, cluster, jax.random.key(0)))
+    spent = simulations(results)
     units = Units.of_ops(graph)
 
     def run(budget: int) -> tuple[float, int, float]:
@@ -102,15 +103,27 @@ def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
             "start-search_same_wall": timed[0], "start-search_same_wall_n": timed[1]}  # fmt: skip
 
 
+def warm_median(call):
+    """`call()`'s result (it is deterministic) and the median seconds of `WARM_CALLS` calls of
+    it; compile it before."""
+    seconds = []
+    for _ in range(WARM_CALLS):
+        began = time.perf_counter()
+        result = call()
+        seconds.append(time.perf_counter() - began)
+    return result, float(np.median(seconds))
+
+
 def equal_and_timed(run, evaluations: int, wall_s: float, last: int = 1 << 16):
     """`run(budget)` -> (makespan, evaluations, seconds) at `evaluations`, and at the largest
-    budget doubled from it (at most `last`) whose second, warm run took at most `wall_s` (the
-    policy's time is a warm call too; `evaluations`' run when none did)."""
+    budget doubled from it (at most `last`) whose warm runs took at most `wall_s` (the median
+    of `WARM_CALLS`, as the policy's time is; `evaluations`' run when none did)."""
     same = run(evaluations)
     timed, budget = same, 2 * evaluations
     while budget <= min(last, 1 << 16):
         run(budget)  # compiles this budget's shapes
-        found = run(budget)
+        runs = [run(budget) for _ in range(WARM_CALLS)]
+        found = (*runs[-1][:2], float(np.median([r[2] for r in runs])))
         if found[2] > wall_s:
             break
         timed, budget = found, 2 * budget
@@ -176,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         policy, greedy, spent = placed_ratio(config, params, name, graph, cluster, args)
         place_s = time.perf_counter() - began  # compilation for this graph's shape included
-        began = time.perf_counter()
-        placed_ratio(config, params, name, graph, cluster, args)  # the same again, compiled
-        warm_s = time.perf_counter() - began
+        _, warm_s = warm_median(partial(placed_ratio, config, params, name, graph, cluster, args))
         untrained_ms, _, _ = placed_ratio(config, untrained, name, graph, cluster, args)
         uniform_ms, _, _ = placed_ratio(config, untrained, name, graph, cluster, args, "uniform")
         if config.env.construct_lookahead:  # the rule its teacher follows, without a policy
