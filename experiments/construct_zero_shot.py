@@ -15,7 +15,6 @@ import os
 import sys
 import tempfile
 import time
-from functools import partial
 
 import jax
 import numpy as np
@@ -25,6 +24,7 @@ from placeto_jax.config import make_config, to_dict
 from placeto_jax.files import write_json, write_result
 from placeto_jax.graphs.families import SPLITS
 from placeto_jax.graphs.io import read_json
+from placeto_jax.graphs.measure import median_time_us
 from placeto_jax.graphs.registry import resolve_graph
 from placeto_jax.pipeline import Policy
 from placeto_jax.placers import best_heuristic, run_method, simulations
@@ -80,8 +80,9 @@ def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
     one cut) given `evaluations` in all (the start's included), and given at most about `wall_s`
     seconds (its start's time included; budgets doubled as `searched` does): makespans (µs) and
     evaluations."""
-    best_teacher(graph, cluster, jax.random.key(0))  # warm, as the policy's timed calls are
-    results, start_s = warm_median(lambda: best_teacher(graph, cluster, jax.random.key(0)))
+    start = (graph, cluster, jax.random.key(0))
+    results = best_teacher(*start)  # also warms it, as the policy's timed calls are
+    start_s = median_time_us(best_teacher, start, repeats=WARM_CALLS, warmup=0) / 1e6
     spent = simulations(results)
     units = Units.of_ops(graph)
 
@@ -101,17 +102,6 @@ def from_start(graph, cluster, evaluations: int, wall_s: float) -> dict:
     same, timed = equal_and_timed(run, evaluations, wall_s)
     return {"start-search_same_evals": same[0], "start-search_same_evals_n": same[1],
             "start-search_same_wall": timed[0], "start-search_same_wall_n": timed[1]}  # fmt: skip
-
-
-def warm_median(call):
-    """`call()`'s result (it is deterministic) and the median seconds of `WARM_CALLS` calls of
-    it; compile it before."""
-    seconds = []
-    for _ in range(WARM_CALLS):
-        began = time.perf_counter()
-        result = call()
-        seconds.append(time.perf_counter() - began)
-    return result, float(np.median(seconds))
 
 
 def equal_and_timed(run, evaluations: int, wall_s: float, last: int = 1 << 16):
@@ -192,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         policy, greedy, spent = placed_ratio(config, params, name, graph, cluster, args)
         place_s = time.perf_counter() - began  # compilation for this graph's shape included
-        _, warm_s = warm_median(partial(placed_ratio, config, params, name, graph, cluster, args))
+        placing = (config, params, name, graph, cluster, args)
+        warm_s = median_time_us(placed_ratio, placing, repeats=WARM_CALLS, warmup=0) / 1e6
         untrained_ms, _, _ = placed_ratio(config, untrained, name, graph, cluster, args)
         uniform_ms, _, _ = placed_ratio(config, untrained, name, graph, cluster, args, "uniform")
         if config.env.construct_lookahead:  # the rule its teacher follows, without a policy

@@ -46,14 +46,3 @@ def test_when_no_doubled_budget_fits_search_keeps_the_equal_evaluations_run():
     run = _scripted([0.4, 0.1, 0.6, 0.7])
     same, timed = module.equal_and_timed(run, 3, 0.5)
     assert timed == same == (1.0 / 3, 3, 0.4)
-
-
-def test_warm_median_is_the_middle_of_three_timed_calls(monkeypatch):
-    module = experiment("construct_zero_shot")
-    clock = iter([0.0, 0.4, 1.0, 1.1, 2.0, 2.7])  # calls of 0.4, 0.1 and 0.7 s
-    monkeypatch.setattr(module.time, "perf_counter", lambda: next(clock))
-    calls = []
-    result, seconds = module.warm_median(lambda: calls.append(1) or "placed")
-    assert result == "placed"
-    assert len(calls) == 3
-    assert seconds == 0.4

@@ -106,3 +106,12 @@ def test_corrupt_cache_is_ignored_and_rewritten(tmp_path):
 def test_unknown_cost_model_lists_both():
     with pytest.raises(ValueError, match="'roofline', 'measure'"):
         from_jax(jnp.sin, S((2,), F32), cost_model="profiled")
+
+
+def test_median_time_is_the_middle_of_the_timed_calls_after_the_warmup(monkeypatch):
+    clock = iter([0.0, 0.4, 1.0, 1.1, 2.0, 3.0])  # timed calls of 0.4, 0.1 and 1.0 s (mean 0.5)
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: next(clock))
+    calls = []
+    us = measure.median_time_us(lambda x: calls.append(x) or "placed", (7,), repeats=3, warmup=2)
+    assert calls == [7] * 5  # 2 untimed, 3 timed
+    assert us == pytest.approx(0.4e6)
