@@ -107,6 +107,10 @@ def _methods_keep_classes(path: Path) -> None:
     graph = pj.graphs.load(path)
     cluster = pj.Cluster.preset("placeto-k80", 4)
     for name, method in METHODS.items():
+        if name == "expert":  # its rules read zoo op names; a benchmark file has none
+            with pytest.raises(ValueError, match="no naming rules know this graph"):
+                method.place(graph, cluster, jax.random.key(0), budget=32)
+            continue
         placement = method.place(graph, cluster, jax.random.key(0), budget=32)
         assert classes_on_one_device(graph, placement), (path.name, name)
 
